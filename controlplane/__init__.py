@@ -1,0 +1,1 @@
+"""Headroom control plane: the Django project (settings, URLs) and its apps."""

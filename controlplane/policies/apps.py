@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class PoliciesConfig(AppConfig):
+    name = "controlplane.policies"
+    label = "policies"

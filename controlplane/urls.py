@@ -1,0 +1,9 @@
+"""URL map: admin UI, REST API under /api/, OpenAPI schema and docs."""
+
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/", include("controlplane.api.urls")),
+]
