@@ -1,0 +1,1 @@
+"""planner.capacity: the LLM capacity arithmetic of the seeds, each formula once."""
