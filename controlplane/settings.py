@@ -147,3 +147,8 @@ if not DEBUG:
     CSRF_COOKIE_SECURE = True
     SECURE_CONTENT_TYPE_NOSNIFF = True
     X_FRAME_OPTIONS = "DENY"
+
+# Capacity figures older than this are stale: plans built on them are flagged.
+HEADROOM_CAPACITY_MAX_AGE_DAYS = envint("HEADROOM_CAPACITY_MAX_AGE_DAYS", 30)
+# Planning utilisation of a shape that sets none.
+HEADROOM_DEFAULT_TARGET_UTILIZATION = float(envstr("HEADROOM_DEFAULT_TARGET_UTILIZATION", "0.7"))

@@ -1,0 +1,347 @@
+"""Fleet facts: geography, regions and zones, accelerators and inventory, models, replica
+shapes and their measured capacity figures.
+
+Validation lives in ``clean()`` so that the admin, the API and scenario loading refuse the
+same nonsense with the same message. Derived figures (weight bytes, KV bytes per token, the KV
+pool a shape leaves) come from ``planner.capacity.memory``, the one place those formulas live.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.utils import timezone
+from simple_history.models import HistoricalRecords
+
+from planner.capacity import memory
+
+GB = memory.GB
+
+slug_validator = RegexValidator(
+    r"^[a-z0-9][a-z0-9._/-]*$",
+    "Use lower-case letters, digits and . _ / - (starting with a letter or digit).",
+)
+
+
+def _positive(value: float) -> None:
+    if value is None or value <= 0:
+        raise ValidationError("Must be greater than zero.")
+
+
+def _fraction_open_closed(value: float) -> None:
+    """A utilisation target: in (0, 1]."""
+    if value is None or not (0 < value <= 1):
+        raise ValidationError("Must be greater than 0 and at most 1.")
+
+
+class Geography(models.Model):
+    """A legal/geographic area (eu, us, ap) that residency rules name."""
+
+    name = models.CharField(max_length=32, unique=True, validators=[slug_validator])
+    description = models.CharField(max_length=200, blank=True)
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "geographies"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Region(models.Model):
+    name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
+    geography = models.ForeignKey(Geography, on_delete=models.PROTECT, related_name="regions")
+    price_multiplier = models.FloatField(
+        default=1.0,
+        validators=[_positive],
+        help_text="Multiplies every GPU-hour price in this region (1.0 = list price).",
+    )
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Zone(models.Model):
+    class State(models.TextChoices):
+        UP = "up", "up"
+        DEGRADED = "degraded", "degraded"
+        DOWN = "down", "down"
+
+    name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="zones")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.UP)
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["region__name", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RegionLink(models.Model):
+    """Round-trip time between two regions; a missing pair means no traffic between them."""
+
+    region_a = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="+")
+    region_b = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="+")
+    rtt_ms = models.FloatField(validators=[MinValueValidator(0)])
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["region_a__name", "region_b__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["region_a", "region_b"], name="unique_region_link")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.region_a} ↔ {self.region_b}: {self.rtt_ms:g} ms"
+
+    def clean(self) -> None:
+        if self.region_a_id is not None and self.region_a_id == self.region_b_id:
+            raise ValidationError({"region_b": "A region's rtt to itself is always 0."})
+        if self.region_a_id is not None and self.region_b_id is not None:
+            reverse = RegionLink.objects.filter(
+                region_a_id=self.region_b_id, region_b_id=self.region_a_id
+            ).exclude(pk=self.pk)
+            if reverse.exists():
+                raise ValidationError(
+                    {"region_b": "This pair is already linked in the other direction."}
+                )
+
+
+class AcceleratorType(models.Model):
+    name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
+    memory_gb = models.FloatField(validators=[_positive], help_text="GPU memory, decimal GB.")
+    peak_bf16_tflops = models.FloatField(validators=[_positive], help_text="Dense bf16 TFLOP/s.")
+    memory_tbps = models.FloatField(validators=[_positive], help_text="Memory bandwidth, TB/s.")
+    on_demand_price_per_gpu_hour = models.FloatField(validators=[_positive])
+    reserved_price_per_gpu_hour = models.FloatField(validators=[_positive])
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if (
+            self.reserved_price_per_gpu_hour is not None
+            and self.on_demand_price_per_gpu_hour is not None
+            and self.reserved_price_per_gpu_hour > self.on_demand_price_per_gpu_hour
+        ):
+            raise ValidationError(
+                {
+                    "reserved_price_per_gpu_hour": (
+                        "Reserved price is above the on-demand price "
+                        f"({self.reserved_price_per_gpu_hour:g} > "
+                        f"{self.on_demand_price_per_gpu_hour:g} per GPU-hour)."
+                    )
+                }
+            )
+
+
+class ZoneInventory(models.Model):
+    zone = models.ForeignKey(Zone, on_delete=models.CASCADE, related_name="inventory")
+    accelerator = models.ForeignKey(
+        AcceleratorType, on_delete=models.PROTECT, related_name="inventory"
+    )
+    gpus_available = models.PositiveIntegerField()
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["zone__name", "accelerator__name"]
+        verbose_name_plural = "zone inventories"
+        constraints = [
+            models.UniqueConstraint(fields=["zone", "accelerator"], name="unique_zone_inventory")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.zone}: {self.gpus_available} × {self.accelerator}"
+
+
+class LlmModel(models.Model):
+    """A served model's architecture: enough to derive weight and KV-cache memory."""
+
+    name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
+    parameters_billions = models.FloatField(validators=[_positive])
+    bytes_per_parameter = models.FloatField(
+        default=2.0, validators=[_positive], help_text="2 for bf16, 1 for 8-bit, 0.5 for 4-bit."
+    )
+    layers = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    kv_heads = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    head_dim = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    kv_bytes_per_element = models.FloatField(
+        default=2.0, validators=[_positive], help_text="2 for a bf16 KV cache, 1 for fp8."
+    )
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "model"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def weight_bytes(self) -> float:
+        return memory.weight_bytes(self.parameters_billions * 1e9, self.bytes_per_parameter)
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        return memory.kv_bytes_per_token(
+            self.layers, self.kv_heads, self.head_dim, self.kv_bytes_per_element
+        )
+
+
+class ReplicaShape(models.Model):
+    """One replica: a model on ``gpus_per_replica`` accelerators (tensor parallel)."""
+
+    name = models.CharField(max_length=128, unique=True, validators=[slug_validator])
+    model = models.ForeignKey(LlmModel, on_delete=models.PROTECT, related_name="shapes")
+    accelerator = models.ForeignKey(
+        AcceleratorType, on_delete=models.PROTECT, related_name="shapes"
+    )
+    gpus_per_replica = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    runtime_reserve_gb_per_gpu = models.FloatField(
+        default=6.0,
+        validators=[MinValueValidator(0)],
+        help_text="Memory per GPU held by the runtime and activations, decimal GB.",
+    )
+    target_utilization = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[_fraction_open_closed],
+        help_text="Planning utilisation for this shape; empty = the fleet default.",
+    )
+    runtime_version = models.CharField(max_length=64, blank=True)
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def kv_pool_bytes(self) -> float:
+        return memory.kv_pool_bytes(
+            self.accelerator.memory_gb * GB,
+            self.gpus_per_replica,
+            self.model.weight_bytes,
+            self.runtime_reserve_gb_per_gpu * GB,
+        )
+
+    @property
+    def kv_pool_gb(self) -> float:
+        return self.kv_pool_bytes / GB
+
+    @property
+    def context_tokens(self) -> int:
+        return memory.context_tokens_that_fit(self.kv_pool_bytes, self.model.kv_bytes_per_token)
+
+    def clean(self) -> None:
+        if self.model_id is None or self.accelerator_id is None or not self.gpus_per_replica:
+            return
+        if self.runtime_reserve_gb_per_gpu is None or self.runtime_reserve_gb_per_gpu < 0:
+            return
+        if self.kv_pool_bytes <= 0:
+            per_gpu = self.model.weight_bytes / self.gpus_per_replica / GB
+            raise ValidationError(
+                {
+                    "gpus_per_replica": (
+                        f"{self.model.name} needs {per_gpu:.1f} GB of weights per GPU on "
+                        f"{self.gpus_per_replica} × {self.accelerator.name} plus "
+                        f"{self.runtime_reserve_gb_per_gpu:g} GB reserve, but each GPU has "
+                        f"{self.accelerator.memory_gb:g} GB: no room is left for the KV cache. "
+                        "Use more GPUs per replica or a larger accelerator."
+                    )
+                }
+            )
+
+
+class WorkloadClass(models.Model):
+    """A kind of request with its own cost (policy question, order lookup, long summary)."""
+
+    name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
+    description = models.CharField(max_length=200, blank=True)
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "workload classes"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class CapacityFigure(models.Model):
+    """What one replica of a shape sustains on a workload class, as measured.
+
+    ``workload_class`` empty means the figure holds for the shape's whole mix.
+    """
+
+    class Source(models.TextChoices):
+        ENGINE_BENCHMARK = "engine-benchmark", "engine benchmark"
+        ENDPOINT_LOAD_TEST = "endpoint-load-test", "endpoint load test"
+        MANUAL = "manual", "entered by hand"
+        VENDOR = "vendor", "vendor figure"
+
+    shape = models.ForeignKey(ReplicaShape, on_delete=models.CASCADE, related_name="figures")
+    workload_class = models.ForeignKey(
+        WorkloadClass,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="figures",
+    )
+    prefill_tokens_per_s = models.FloatField(validators=[_positive])
+    decode_tokens_per_s = models.FloatField(validators=[_positive])
+    max_concurrency = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    knee_requests_per_s = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[_positive],
+        help_text="Highest open-loop rate whose p95 TTFT met the target.",
+    )
+    measured_at = models.DateTimeField(default=timezone.now)
+    source = models.CharField(max_length=32, choices=Source.choices, default=Source.MANUAL)
+    provenance = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Benchmark run, hardware, software versions, workload profile version.",
+    )
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["shape__name", "-measured_at"]
+        indexes = [models.Index(fields=["shape", "workload_class", "-measured_at"])]
+
+    def __str__(self) -> str:
+        cls = self.workload_class.name if self.workload_class_id else "all classes"
+        return f"{self.shape} / {cls} @ {self.measured_at:%Y-%m-%d}"
+
+    @property
+    def age(self) -> timedelta:
+        return timezone.now() - self.measured_at
+
+    @property
+    def is_stale(self) -> bool:
+        return self.age > timedelta(days=settings.HEADROOM_CAPACITY_MAX_AGE_DAYS)
+
+    def clean(self) -> None:
+        if self.measured_at is not None and self.measured_at > timezone.now() + timedelta(
+            minutes=5
+        ):
+            raise ValidationError({"measured_at": "A measurement cannot be in the future."})
+        if not isinstance(self.provenance, dict):
+            raise ValidationError({"provenance": "Must be a JSON object."})

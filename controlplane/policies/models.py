@@ -1,0 +1,311 @@
+"""Tenant policy: tiers (SLO, failure promise, priority), tenants with residency and spill
+rules, token budgets, and workload profiles per tenant, model and class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+from simple_history.models import HistoricalRecords
+
+from controlplane.fleet.models import (
+    Geography,
+    LlmModel,
+    Region,
+    WorkloadClass,
+    _fraction_open_closed,
+    _positive,
+    slug_validator,
+)
+
+
+def _fraction_closed(value: float) -> None:
+    """A rate such as a cache hit rate: in [0, 1]."""
+    if value is None or not (0 <= value <= 1):
+        raise ValidationError("Must be between 0 and 1.")
+
+
+def _at_least_one(value: float) -> None:
+    if value is None or value < 1:
+        raise ValidationError("Must be at least 1 (1.0 = no burst).")
+
+
+class Revisioned(models.Model):
+    """A record edited under optimistic concurrency: ``revision`` grows on every save."""
+
+    revision = models.PositiveIntegerField(default=1, editable=False)
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None and not kwargs.get("force_insert"):
+            self.revision = (self.revision or 0) + 1
+        super().save(*args, **kwargs)
+
+    @property
+    def etag(self) -> str:
+        return f'"{type(self).__name__.lower()}-{self.pk}-{self.revision}"'
+
+
+class Tier(Revisioned):
+    class Promise(models.TextChoices):
+        NONE = "none", "none"
+        N_PLUS_1 = "n+1", "N+1 (survive one replica)"
+        ZONE = "zone", "survive a zone"
+
+    name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
+    p95_ttft_slo_s = models.FloatField(
+        validators=[_positive], help_text="p95 time to first token, seconds."
+    )
+    failure_promise = models.CharField(max_length=8, choices=Promise.choices, default=Promise.NONE)
+    priority = models.PositiveIntegerField(
+        default=0, help_text="0 is most important; lower numbers are served first in shortage."
+    )
+    target_utilization = models.FloatField(default=0.7, validators=[_fraction_open_closed])
+    burst_factor = models.FloatField(default=1.0, validators=[_at_least_one])
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["priority", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Tenant(Revisioned):
+    name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
+    display_name = models.CharField(max_length=200, blank=True)
+    tier = models.ForeignKey(Tier, on_delete=models.PROTECT, related_name="tenants")
+    home_region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="+")
+    residency_geography = models.ForeignKey(
+        Geography,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Data may be served only in this geography (empty = anywhere).",
+    )
+    residency_regions = models.ManyToManyField(
+        Region,
+        blank=True,
+        related_name="resident_tenants",
+        help_text="Data may be served only in these regions (empty = no region list).",
+    )
+    spill_allowed = models.BooleanField(
+        default=False, help_text="May traffic be served outside the home region?"
+    )
+    max_spill_rtt_ms = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Largest round trip from the home region that spill may add.",
+    )
+    fair_share_weight = models.FloatField(default=1.0, validators=[_positive])
+    history = HistoricalRecords(m2m_fields=[residency_regions])
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if self.spill_allowed and self.max_spill_rtt_ms is None:
+            raise ValidationError(
+                {"max_spill_rtt_ms": "Spill is allowed, so give the largest rtt it may add."}
+            )
+        if (
+            self.residency_geography_id is not None
+            and self.home_region_id is not None
+            and self.home_region.geography_id != self.residency_geography_id
+        ):
+            raise ValidationError(
+                {
+                    "home_region": (
+                        f"Home region {self.home_region.name} is in "
+                        f"{self.home_region.geography.name}, outside the residency geography "
+                        f"{self.residency_geography.name if self.residency_geography else ''}."
+                    )
+                }
+            )
+
+    def allowed_regions(self) -> list[Region]:
+        """Regions this tenant's data may be served in, by its residency rule."""
+        regions = list(self.residency_regions.all())
+        if regions:
+            if self.residency_geography_id is not None:
+                regions = [r for r in regions if r.geography_id == self.residency_geography_id]
+            return sorted(regions, key=lambda r: r.name)
+        qs = Region.objects.all()
+        if self.residency_geography_id is not None:
+            qs = qs.filter(geography_id=self.residency_geography_id)
+        return list(qs.order_by("name"))
+
+
+def validate_residency_regions(
+    *,
+    home_region: Region | None,
+    geography: Geography | None,
+    regions: Iterable[Region],
+) -> None:
+    """Check a residency region list against the home region and geography.
+
+    Many-to-many values are not visible to ``Model.clean()``, so forms, serializers and the
+    scenario loader call this before saving.
+    """
+    region_list = list(regions)
+    if not region_list:
+        return
+    if geography is not None:
+        outside = sorted(r.name for r in region_list if r.geography_id != geography.pk)
+        if outside:
+            raise ValidationError(
+                {
+                    "residency_regions": (
+                        f"{', '.join(outside)} lie outside the residency geography "
+                        f"{geography.name}."
+                    )
+                }
+            )
+    if home_region is not None and home_region.pk not in {r.pk for r in region_list}:
+        raise ValidationError(
+            {
+                "residency_regions": (
+                    f"The home region {home_region.name} must be one of the residency regions."
+                )
+            }
+        )
+
+
+class TenantQuota(Revisioned):
+    """A tenant's budgets: a token bucket in estimated replica-seconds, and TPM limits."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="quota")
+    budget_rate_replica_s_per_s = models.FloatField(
+        validators=[_positive],
+        help_text="Refill rate of the budget, replica-seconds per second.",
+    )
+    budget_burst_replica_s = models.FloatField(
+        validators=[_positive], help_text="Bucket size, replica-seconds."
+    )
+    tokens_per_minute_limit = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Sustained tokens per minute (input + output)."
+    )
+    tokens_per_minute_burst = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Short-term ceiling, tokens per minute."
+    )
+    history = HistoricalRecords()
+
+    class Meta:
+        verbose_name = "tenant quota"
+
+    def __str__(self) -> str:
+        return f"quota of {self.tenant}"
+
+    def clean(self) -> None:
+        if (
+            self.tokens_per_minute_limit is not None
+            and self.tokens_per_minute_burst is not None
+            and self.tokens_per_minute_burst < self.tokens_per_minute_limit
+        ):
+            raise ValidationError(
+                {
+                    "tokens_per_minute_burst": (
+                        "The burst ceiling is below the sustained limit "
+                        f"({self.tokens_per_minute_burst} < {self.tokens_per_minute_limit})."
+                    )
+                }
+            )
+        if (
+            self.budget_burst_replica_s is not None
+            and self.budget_rate_replica_s_per_s is not None
+            and self.budget_burst_replica_s < self.budget_rate_replica_s_per_s
+        ):
+            raise ValidationError(
+                {
+                    "budget_burst_replica_s": (
+                        "The bucket holds less than one second of refill; make the burst at "
+                        "least the rate."
+                    )
+                }
+            )
+
+
+class WorkloadProfile(models.Model):
+    """What a tenant sends to one model in one class, as distributions (not averages).
+
+    Versioned: a new measurement or declaration is a new row with a higher ``version``; the
+    highest version of a (tenant, model, class, region) is the current one.
+    """
+
+    class Source(models.TextChoices):
+        DECLARED = "declared", "declared"
+        TELEMETRY = "telemetry", "from telemetry"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="profiles")
+    model = models.ForeignKey(LlmModel, on_delete=models.PROTECT, related_name="profiles")
+    workload_class = models.ForeignKey(
+        WorkloadClass, on_delete=models.PROTECT, related_name="profiles"
+    )
+    region = models.ForeignKey(
+        Region,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Where this traffic originates; empty = the tenant's home region.",
+    )
+    version = models.PositiveIntegerField(default=1)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.DECLARED)
+    peak_requests_per_s = models.FloatField(
+        validators=[MinValueValidator(0)], help_text="p99 of 5-minute buckets at peak."
+    )
+    prompt_tokens_p50 = models.FloatField(validators=[_positive])
+    prompt_tokens_mean = models.FloatField(validators=[_positive])
+    prompt_tokens_p95 = models.FloatField(validators=[_positive])
+    prompt_tokens_p99 = models.FloatField(validators=[_positive])
+    output_tokens_p50 = models.FloatField(validators=[_positive])
+    output_tokens_mean = models.FloatField(validators=[_positive])
+    output_tokens_p95 = models.FloatField(validators=[_positive])
+    output_tokens_p99 = models.FloatField(validators=[_positive])
+    prefix_cache_hit_rate = models.FloatField(default=0.0, validators=[_fraction_closed])
+    residence_s = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[_positive],
+        help_text="Mean time a request stays in the model stage, seconds.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["tenant__name", "model__name", "workload_class__name", "-version"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "model", "workload_class", "region", "version"],
+                name="unique_profile_version",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.model}/{self.workload_class} v{self.version}"
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        for kind in ("prompt", "output"):
+            p50 = getattr(self, f"{kind}_tokens_p50")
+            p95 = getattr(self, f"{kind}_tokens_p95")
+            p99 = getattr(self, f"{kind}_tokens_p99")
+            if None in (p50, p95, p99):
+                continue
+            if p95 < p50:
+                errors[f"{kind}_tokens_p95"] = f"p95 ({p95:g}) is below p50 ({p50:g})."
+            elif p99 < p95:
+                errors[f"{kind}_tokens_p99"] = f"p99 ({p99:g}) is below p95 ({p95:g})."
+        if errors:
+            raise ValidationError(errors)
