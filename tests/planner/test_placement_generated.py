@@ -1,0 +1,131 @@
+"""Generated placement problems: the generator's contract, and plans checked on them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from planner.errors import PlannerInputError
+from planner.placement.generator import generate_problem
+
+
+def _small(seed: int, **overrides: Any) -> dict[str, Any]:
+    arguments: dict[str, Any] = {
+        "tenants": 12,
+        "regions": 3,
+        "zones_per_region": 3,
+        "gpu_types": 2,
+        "seed": seed,
+    }
+    arguments.update(overrides)
+    return generate_problem(**arguments)
+
+
+def test_generator_is_deterministic_and_json_serialisable() -> None:
+    first = _small(7)
+    assert json.dumps(first) == json.dumps(_small(7))
+    assert json.loads(json.dumps(first)) == first
+    assert json.dumps(first) != json.dumps(_small(8))
+
+
+@pytest.mark.parametrize(
+    ("tenants", "regions", "zones", "gpu_types"),
+    [(50, 6, 3, 3), (200, 12, 3, 4)],
+)
+def test_benchmark_sizes_have_the_requested_shape(
+    tenants: int, regions: int, zones: int, gpu_types: int
+) -> None:
+    problem = generate_problem(
+        tenants=tenants, regions=regions, zones_per_region=zones, gpu_types=gpu_types, seed=1
+    )
+    assert problem["format"] == "placement-problem/v1"
+    assert len(problem["regions"]) == regions
+    assert all(len(r["zones"]) == zones for r in problem["regions"])
+    assert len(problem["accelerators"]) == gpu_types
+    assert len({d["tenant"] for d in problem["demands"]}) == tenants
+    # One or two demands per tenant, never two on the same model.
+    per_tenant: dict[str, list[str]] = {}
+    for demand in problem["demands"]:
+        per_tenant.setdefault(demand["tenant"], []).append(demand["model"])
+    assert all(1 <= len(models) <= 2 for models in per_tenant.values())
+    assert all(len(set(models)) == len(models) for models in per_tenant.values())
+    # Several regions per geography.
+    geos = [r["geo"] for r in problem["regions"]]
+    assert len(set(geos)) >= 2
+    assert all(geos.count(g) >= 2 for g in set(geos))
+
+
+def test_references_are_consistent_and_values_in_range() -> None:
+    problem = _small(3, tenants=40, gpu_types=3, models=5)
+    regions = {r["name"]: r for r in problem["regions"]}
+    zones = {z for r in problem["regions"] for z in r["zones"]}
+    accelerators = {a["name"] for a in problem["accelerators"]}
+    shapes = {s["name"]: s for s in problem["shapes"]}
+    models = {s["model"] for s in shapes.values()}
+    for row in problem["inventory"]:
+        assert row["zone"] in zones and row["accelerator"] in accelerators and row["gpus"] >= 0
+    for shape in shapes.values():
+        assert shape["accelerator"] in accelerators
+        assert shape["gpus"] in (1, 2, 4, 8)
+        assert shape["prefill_tokens_per_s"] > 0 and shape["decode_tokens_per_s"] > 0
+        assert 0 < shape.get("target_utilization", 0.7) <= 1
+    for row in problem["rtt_ms"]:
+        assert row["from"] in regions and row["to"] in regions and row["ms"] > 0
+    for demand in problem["demands"]:
+        assert demand["model"] in models
+        assert demand["home_region"] in regions
+        assert demand["home_region"] in demand.get("allowed_regions", regions)
+        assert demand["requests_per_s"] > 0 and 1.0 <= demand["burst"] <= 2.0
+        assert 0 <= demand.get("prefix_cache_hit_rate", 0.0) <= 1
+        assert demand["promise"] in ("none", "n+1", "zone")
+        assert demand["priority"] in (0, 1, 2)
+
+
+def test_rtt_is_low_inside_a_geography_and_high_across() -> None:
+    problem = _small(5, regions=6)
+    geo = {r["name"]: r["geo"] for r in problem["regions"]}
+    inside = [row["ms"] for row in problem["rtt_ms"] if geo[row["from"]] == geo[row["to"]]]
+    across = [row["ms"] for row in problem["rtt_ms"] if geo[row["from"]] != geo[row["to"]]]
+    assert inside and across
+    assert max(inside) < min(across)
+
+
+def test_resident_tenants_are_confined_to_their_geography() -> None:
+    problem = _small(11, tenants=60, regions=6, residency_share=0.5)
+    geo = {r["name"]: r["geo"] for r in problem["regions"]}
+    resident = [d for d in problem["demands"] if "allowed_regions" in d]
+    assert resident
+    for demand in resident:
+        assert {geo[r] for r in demand["allowed_regions"]} == {geo[demand["home_region"]]}
+
+
+def test_tenant_sizes_are_heavy_tailed() -> None:
+    problem = generate_problem(tenants=400, regions=3, zones_per_region=3, gpu_types=2, seed=2)
+    rates: dict[str, float] = {}
+    for demand in problem["demands"]:
+        rates[demand["tenant"]] = rates.get(demand["tenant"], 0.0) + demand["requests_per_s"]
+    ordered = sorted(rates.values(), reverse=True)
+    # The largest fifth of tenants sends more than half the traffic.
+    assert sum(ordered[: len(ordered) // 5]) > 0.5 * sum(ordered)
+
+
+def test_scarcity_scales_inventory_below_ample() -> None:
+    ample = _small(4)
+    scarce = _small(4, scarcity=0.5)
+    assert ample["demands"] == scarce["demands"]
+    assert sum(r["gpus"] for r in scarce["inventory"]) < sum(r["gpus"] for r in ample["inventory"])
+    half = sum(r["gpus"] for r in _small(4, scarcity=0.5)["inventory"])
+    double = sum(r["gpus"] for r in _small(4, scarcity=2.0)["inventory"])
+    assert half < double
+
+
+@pytest.mark.parametrize(
+    ("argument", "value"),
+    [("tenants", 0), ("gpu_types", 6), ("scarcity", -1.0), ("residency_share", 1.5)],
+)
+def test_generator_rejects_bad_arguments(argument: str, value: Any) -> None:
+    with pytest.raises(PlannerInputError) as caught:
+        _small(1, **{argument: value})
+    assert caught.value.argument == argument
