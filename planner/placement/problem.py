@@ -1,0 +1,617 @@
+"""The placement problem of ``placement-v1``: parsed, validated, typed and frozen.
+
+``parse_problem`` turns a problem dict (the JSON the control plane exports) into a ``Problem``
+of frozen dataclasses with the spec's defaults applied, or raises ``ProblemInvalid`` naming
+the field (``demands[3].allowed_regions``, ``inventory[2].zone``) and saying what is wrong.
+
+Units are in the names: rates in requests/s, tokens per request, throughput in tokens/s,
+prices in $/GPU-hour, round-trip times in ms, residence in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Final, Literal, cast
+
+from planner.errors import PlannerInputError
+
+PROBLEM_FORMAT: Final = "placement-problem/v1"
+
+Promise = Literal["none", "n+1", "zone"]
+PROMISES: Final[tuple[Promise, ...]] = ("none", "n+1", "zone")
+# Promise strength: "n+1" and "zone" demands both count in the N+1 row, "zone" alone in the
+# zone-loss rows.
+PROMISE_LEVEL: Final[Mapping[Promise, int]] = MappingProxyType({"none": 0, "n+1": 1, "zone": 2})
+
+DEFAULT_TARGET_UTILIZATION: Final = 0.7
+
+
+class ProblemInvalid(PlannerInputError):
+    """A placement problem breaks a rule of ``placement-v1``.
+
+    ``argument`` is the field path (``demands[3].allowed_regions``); ``message`` says what is
+    wrong with it.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """A cloud region: its zones (failure domains) and a price multiplier on GPU-hours."""
+
+    name: str
+    geo: str | None
+    zones: tuple[str, ...]
+    price_multiplier: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Accelerator:
+    """A GPU type and its price in $/GPU-hour."""
+
+    name: str
+    memory_gb: float | None
+    price_per_gpu_hour: float
+
+
+@dataclass(frozen=True, slots=True)
+class InventoryRow:
+    """GPUs of one accelerator type available in one zone."""
+
+    zone: str
+    accelerator: str
+    gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A replica shape: one model on ``gpus`` GPUs of one accelerator type.
+
+    ``prefill_tokens_per_s`` and ``decode_tokens_per_s`` are the benchmarked aggregate rates of
+    one replica; ``max_concurrency`` the sequences it holds (None: not checked);
+    ``target_utilization`` the share of a replica the plan may fill, in (0, 1].
+    """
+
+    name: str
+    model: str
+    accelerator: str
+    gpus: int
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    max_concurrency: float | None
+    target_utilization: float
+
+
+@dataclass(frozen=True, slots=True)
+class Rtt:
+    """Round-trip time between two regions in ms; holds in both directions."""
+
+    from_region: str
+    to_region: str
+    ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """One tenant workload on one model, with its residency, spill and failure promise.
+
+    ``requests_per_s × burst`` is the planned rate. ``residence_s`` (None: not checked) is the
+    mean time a request is in the system, for the concurrency check; ``max_spill_rtt_ms``
+    (None: no spill) is the largest rtt from ``home_region`` to a region that may serve it.
+    A lower ``priority`` is more important.
+    """
+
+    id: str
+    tenant: str
+    model: str
+    home_region: str
+    allowed_regions: tuple[str, ...]
+    requests_per_s: float
+    burst: float
+    prompt_tokens: float
+    output_tokens: float
+    prefix_cache_hit_rate: float
+    residence_s: float | None
+    max_spill_rtt_ms: float | None
+    promise: Promise
+    priority: int
+
+    @property
+    def planned_requests_per_s(self) -> float:
+        """Planned rate ``R_d = requests_per_s × burst``, in requests/s."""
+        return self.requests_per_s * self.burst
+
+    @property
+    def promise_level(self) -> int:
+        """0 for "none", 1 for "n+1", 2 for "zone"."""
+        return PROMISE_LEVEL[self.promise]
+
+
+@dataclass(frozen=True, slots=True)
+class PreviousRow:
+    """Replicas of one shape in one zone in the plan now running."""
+
+    zone: str
+    shape: str
+    replicas: int
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A validated placement problem; rows keep their input order (so field paths hold).
+
+    Lookups by name are precomputed; ``previous`` is None when no previous plan was given.
+    """
+
+    target_utilization: float
+    regions: tuple[Region, ...]
+    accelerators: tuple[Accelerator, ...]
+    inventory: tuple[InventoryRow, ...]
+    shapes: tuple[Shape, ...]
+    rtt_ms: tuple[Rtt, ...]
+    demands: tuple[Demand, ...]
+    previous: tuple[PreviousRow, ...] | None = None
+
+    _region_by_name: Mapping[str, Region] = field(init=False, repr=False, compare=False)
+    _region_of_zone: Mapping[str, str] = field(init=False, repr=False, compare=False)
+    _accelerator_by_name: Mapping[str, Accelerator] = field(init=False, repr=False, compare=False)
+    _shape_by_name: Mapping[str, Shape] = field(init=False, repr=False, compare=False)
+    _inventory: Mapping[tuple[str, str], int] = field(init=False, repr=False, compare=False)
+    _rtt: Mapping[tuple[str, str], float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Frozen: the indexes are set once here, through object.__setattr__.
+        region_of_zone = {z: r.name for r in self.regions for z in r.zones}
+        rtt: dict[tuple[str, str], float] = {}
+        for row in self.rtt_ms:
+            rtt[(row.from_region, row.to_region)] = row.ms
+            rtt[(row.to_region, row.from_region)] = row.ms
+        for r in self.regions:
+            rtt[(r.name, r.name)] = 0.0
+        indexes: dict[str, object] = {
+            "_region_by_name": MappingProxyType({r.name: r for r in self.regions}),
+            "_region_of_zone": MappingProxyType(region_of_zone),
+            "_accelerator_by_name": MappingProxyType({a.name: a for a in self.accelerators}),
+            "_shape_by_name": MappingProxyType({s.name: s for s in self.shapes}),
+            "_inventory": MappingProxyType(
+                {(row.zone, row.accelerator): row.gpus for row in self.inventory}
+            ),
+            "_rtt": MappingProxyType(rtt),
+        }
+        for name, value in indexes.items():
+            object.__setattr__(self, name, value)
+
+    def region(self, name: str) -> Region:
+        """The region called ``name``."""
+        return self._region_by_name[name]
+
+    def region_of_zone(self, zone: str) -> str:
+        """Name of the region that holds ``zone``."""
+        return self._region_of_zone[zone]
+
+    def accelerator(self, name: str) -> Accelerator:
+        """The accelerator type called ``name``."""
+        return self._accelerator_by_name[name]
+
+    def shape(self, name: str) -> Shape:
+        """The replica shape called ``name``."""
+        return self._shape_by_name[name]
+
+    def inventory_gpus(self, zone: str, accelerator: str) -> int:
+        """GPUs of ``accelerator`` in ``zone``; a missing inventory row means 0."""
+        return self._inventory.get((zone, accelerator), 0)
+
+    def rtt(self, a: str, b: str) -> float | None:
+        """Round-trip time in ms between regions ``a`` and ``b``; None: they cannot talk."""
+        return self._rtt.get((a, b))
+
+    def request_cost_s(self, demand: Demand, shape: Shape) -> float:
+        """Replica-seconds one request of ``demand`` costs on ``shape`` (the seeds' model).
+
+        ``prompt × (1 − prefix_cache_hit_rate) / prefill_tokens_per_s +
+        output / decode_tokens_per_s``: a prefix-cache hit removes prefill work only.
+        """
+        prefill = demand.prompt_tokens * (1.0 - demand.prefix_cache_hit_rate)
+        return (
+            prefill / shape.prefill_tokens_per_s + demand.output_tokens / shape.decode_tokens_per_s
+        )
+
+    def serving_regions(self, demand: Demand) -> tuple[str, ...]:
+        """Regions that may serve ``demand``: allowed, and home or within its spill rtt."""
+        out: list[str] = []
+        for r in demand.allowed_regions:
+            if r == demand.home_region:
+                out.append(r)
+                continue
+            if demand.max_spill_rtt_ms is None:
+                continue
+            ms = self.rtt(demand.home_region, r)
+            if ms is not None and ms <= demand.max_spill_rtt_ms:
+                out.append(r)
+        return tuple(out)
+
+    def replica_price_per_hour(self, zone: str, shape: Shape) -> float:
+        """$/hour of one replica of ``shape`` in ``zone``: GPUs × GPU price × region multiplier."""
+        region = self.region(self.region_of_zone(zone))
+        price = self.accelerator(shape.accelerator).price_per_gpu_hour
+        return shape.gpus * price * region.price_multiplier
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing. Each helper takes the field path it reports on failure.
+
+
+def _fail(path: str, message: str) -> ProblemInvalid:
+    return ProblemInvalid(path, message)
+
+
+def _mapping(value: object, path: str) -> Mapping[str, object]:
+    if not isinstance(value, Mapping):
+        raise _fail(path, f"must be an object, got {type(value).__name__}")
+    return cast(Mapping[str, object], value)
+
+
+def _list(value: object, path: str) -> Sequence[object]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise _fail(path, f"must be a list, got {type(value).__name__}")
+    return value
+
+
+def _required(row: Mapping[str, object], key: str, path: str) -> object:
+    if key not in row or row[key] is None:
+        raise _fail(f"{path}.{key}" if path else key, "is required")
+    return row[key]
+
+
+def _name(value: object, path: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise _fail(path, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _number(value: object, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _fail(path, f"must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise _fail(path, f"must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _non_negative(value: object, path: str) -> float:
+    v = _number(value, path)
+    if v < 0:
+        raise _fail(path, f"must be zero or more, got {value!r}")
+    return v
+
+
+def _positive(value: object, path: str) -> float:
+    v = _number(value, path)
+    if v <= 0:
+        raise _fail(path, f"must be a positive number, got {value!r}")
+    return v
+
+
+def _whole(value: object, path: str, minimum: int | None = 0) -> int:
+    v = _number(value, path)
+    if not v.is_integer():
+        raise _fail(path, f"must be a whole number, got {value!r}")
+    if minimum is not None and v < minimum:
+        raise _fail(path, f"must be at least {minimum}, got {value!r}")
+    return int(v)
+
+
+def _utilization(value: object, path: str) -> float:
+    v = _number(value, path)
+    if not 0 < v <= 1:
+        raise _fail(path, f"must be in (0, 1], got {value!r}")
+    return v
+
+
+def _known(name: str, known: Mapping[str, object] | set[str], kind: str, path: str) -> str:
+    if name not in known:
+        listed = ", ".join(sorted(known)[:8]) + (", ..." if len(known) > 8 else "")
+        raise _fail(path, f"unknown {kind} {name!r} (known: {listed or 'none'})")
+    return name
+
+
+def _optional(row: Mapping[str, object], key: str) -> object | None:
+    return row.get(key)
+
+
+def _parse_regions(data: Mapping[str, object]) -> tuple[Region, ...]:
+    regions: list[Region] = []
+    seen_regions: set[str] = set()
+    seen_zones: set[str] = set()
+    for i, raw in enumerate(_list(_required(data, "regions", ""), "regions")):
+        path = f"regions[{i}]"
+        row = _mapping(raw, path)
+        name = _name(_required(row, "name", path), f"{path}.name")
+        if name in seen_regions:
+            raise _fail(f"{path}.name", f"duplicate region name {name!r}")
+        seen_regions.add(name)
+        geo_raw = _optional(row, "geo")
+        geo = None if geo_raw is None else _name(geo_raw, f"{path}.geo")
+        zones: list[str] = []
+        for j, z in enumerate(_list(_required(row, "zones", path), f"{path}.zones")):
+            zone = _name(z, f"{path}.zones[{j}]")
+            if zone in seen_zones:
+                raise _fail(f"{path}.zones[{j}]", f"duplicate zone name {zone!r}")
+            seen_zones.add(zone)
+            zones.append(zone)
+        mult_raw = _optional(row, "price_multiplier")
+        mult = 1.0 if mult_raw is None else _non_negative(mult_raw, f"{path}.price_multiplier")
+        regions.append(Region(name=name, geo=geo, zones=tuple(zones), price_multiplier=mult))
+    return tuple(regions)
+
+
+def _parse_accelerators(data: Mapping[str, object]) -> tuple[Accelerator, ...]:
+    out: list[Accelerator] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(_list(_required(data, "accelerators", ""), "accelerators")):
+        path = f"accelerators[{i}]"
+        row = _mapping(raw, path)
+        name = _name(_required(row, "name", path), f"{path}.name")
+        if name in seen:
+            raise _fail(f"{path}.name", f"duplicate accelerator name {name!r}")
+        seen.add(name)
+        mem_raw = _optional(row, "memory_gb")
+        mem = None if mem_raw is None else _non_negative(mem_raw, f"{path}.memory_gb")
+        price = _non_negative(
+            _required(row, "price_per_gpu_hour", path), f"{path}.price_per_gpu_hour"
+        )
+        out.append(Accelerator(name=name, memory_gb=mem, price_per_gpu_hour=price))
+    return tuple(out)
+
+
+def _parse_inventory(
+    data: Mapping[str, object], zones: set[str], accelerators: set[str]
+) -> tuple[InventoryRow, ...]:
+    out: list[InventoryRow] = []
+    seen: set[tuple[str, str]] = set()
+    raw_rows = _optional(data, "inventory")
+    for i, raw in enumerate(_list(raw_rows if raw_rows is not None else [], "inventory")):
+        path = f"inventory[{i}]"
+        row = _mapping(raw, path)
+        zone = _known(
+            _name(_required(row, "zone", path), f"{path}.zone"), zones, "zone", f"{path}.zone"
+        )
+        acc = _known(
+            _name(_required(row, "accelerator", path), f"{path}.accelerator"),
+            accelerators,
+            "accelerator",
+            f"{path}.accelerator",
+        )
+        if (zone, acc) in seen:
+            raise _fail(path, f"duplicate inventory row for zone {zone!r} and accelerator {acc!r}")
+        seen.add((zone, acc))
+        gpus = _whole(_required(row, "gpus", path), f"{path}.gpus")
+        out.append(InventoryRow(zone=zone, accelerator=acc, gpus=gpus))
+    return tuple(out)
+
+
+def _parse_shapes(
+    data: Mapping[str, object], accelerators: set[str], default_util: float
+) -> tuple[Shape, ...]:
+    out: list[Shape] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(_list(_required(data, "shapes", ""), "shapes")):
+        path = f"shapes[{i}]"
+        row = _mapping(raw, path)
+        name = _name(_required(row, "name", path), f"{path}.name")
+        if name in seen:
+            raise _fail(f"{path}.name", f"duplicate shape name {name!r}")
+        seen.add(name)
+        model = _name(_required(row, "model", path), f"{path}.model")
+        acc = _known(
+            _name(_required(row, "accelerator", path), f"{path}.accelerator"),
+            accelerators,
+            "accelerator",
+            f"{path}.accelerator",
+        )
+        gpus = _whole(_required(row, "gpus", path), f"{path}.gpus", minimum=1)
+        prefill = _positive(
+            _required(row, "prefill_tokens_per_s", path), f"{path}.prefill_tokens_per_s"
+        )
+        decode = _positive(
+            _required(row, "decode_tokens_per_s", path), f"{path}.decode_tokens_per_s"
+        )
+        conc_raw = _optional(row, "max_concurrency")
+        conc = None if conc_raw is None else _non_negative(conc_raw, f"{path}.max_concurrency")
+        util_raw = _optional(row, "target_utilization")
+        util = (
+            default_util
+            if util_raw is None
+            else _utilization(util_raw, f"{path}.target_utilization")
+        )
+        out.append(
+            Shape(
+                name=name,
+                model=model,
+                accelerator=acc,
+                gpus=gpus,
+                prefill_tokens_per_s=prefill,
+                decode_tokens_per_s=decode,
+                max_concurrency=conc,
+                target_utilization=util,
+            )
+        )
+    return tuple(out)
+
+
+def _parse_rtt(data: Mapping[str, object], regions: set[str]) -> tuple[Rtt, ...]:
+    out: list[Rtt] = []
+    seen: dict[frozenset[str], float] = {}
+    raw_rows = _optional(data, "rtt_ms")
+    for i, raw in enumerate(_list(raw_rows if raw_rows is not None else [], "rtt_ms")):
+        path = f"rtt_ms[{i}]"
+        row = _mapping(raw, path)
+        a = _known(
+            _name(_required(row, "from", path), f"{path}.from"), regions, "region", f"{path}.from"
+        )
+        b = _known(_name(_required(row, "to", path), f"{path}.to"), regions, "region", f"{path}.to")
+        ms = _non_negative(_required(row, "ms", path), f"{path}.ms")
+        if a == b and ms != 0:
+            raise _fail(f"{path}.ms", f"a region's rtt to itself is 0, got {ms!r}")
+        pair = frozenset((a, b))
+        # A repeated pair (either direction) is harmless when it agrees; a disagreeing one
+        # would make the plan depend on row order.
+        if pair in seen and seen[pair] != ms:
+            raise _fail(path, f"duplicate rtt row for {a!r} and {b!r} with a different ms")
+        seen[pair] = ms
+        out.append(Rtt(from_region=a, to_region=b, ms=ms))
+    return tuple(out)
+
+
+def _parse_demands(
+    data: Mapping[str, object], regions: tuple[str, ...], models: set[str]
+) -> tuple[Demand, ...]:
+    out: list[Demand] = []
+    seen: set[str] = set()
+    region_set = set(regions)
+    raw_rows = _optional(data, "demands")
+    for i, raw in enumerate(_list(raw_rows if raw_rows is not None else [], "demands")):
+        path = f"demands[{i}]"
+        row = _mapping(raw, path)
+        demand_id = _name(_required(row, "id", path), f"{path}.id")
+        if demand_id in seen:
+            raise _fail(f"{path}.id", f"duplicate demand id {demand_id!r}")
+        seen.add(demand_id)
+        tenant_raw = _optional(row, "tenant")
+        tenant = demand_id if tenant_raw is None else _name(tenant_raw, f"{path}.tenant")
+        model = _known(
+            _name(_required(row, "model", path), f"{path}.model"),
+            models,
+            "model (no shape serves it)",
+            f"{path}.model",
+        )
+        home = _known(
+            _name(_required(row, "home_region", path), f"{path}.home_region"),
+            region_set,
+            "region",
+            f"{path}.home_region",
+        )
+        allowed_raw = _optional(row, "allowed_regions")
+        if allowed_raw is None:
+            allowed = regions
+        else:
+            names: list[str] = []
+            for j, r in enumerate(_list(allowed_raw, f"{path}.allowed_regions")):
+                name = _name(r, f"{path}.allowed_regions[{j}]")
+                _known(name, region_set, "region", f"{path}.allowed_regions")
+                if name not in names:
+                    names.append(name)
+            if not names:
+                raise _fail(
+                    f"{path}.allowed_regions",
+                    "names no region (a residency list must allow at least one region)",
+                )
+            allowed = tuple(names)
+        rate = _non_negative(_required(row, "requests_per_s", path), f"{path}.requests_per_s")
+        burst_raw = _optional(row, "burst")
+        burst = 1.0 if burst_raw is None else _number(burst_raw, f"{path}.burst")
+        if burst < 1:
+            raise _fail(f"{path}.burst", f"must be at least 1, got {burst_raw!r}")
+        prompt = _non_negative(_required(row, "prompt_tokens", path), f"{path}.prompt_tokens")
+        output = _non_negative(_required(row, "output_tokens", path), f"{path}.output_tokens")
+        hit_raw = _optional(row, "prefix_cache_hit_rate")
+        hit = 0.0 if hit_raw is None else _number(hit_raw, f"{path}.prefix_cache_hit_rate")
+        if not 0 <= hit <= 1:
+            raise _fail(f"{path}.prefix_cache_hit_rate", f"must be in [0, 1], got {hit_raw!r}")
+        res_raw = _optional(row, "residence_s")
+        residence = None if res_raw is None else _non_negative(res_raw, f"{path}.residence_s")
+        spill_raw = _optional(row, "max_spill_rtt_ms")
+        spill = None if spill_raw is None else _non_negative(spill_raw, f"{path}.max_spill_rtt_ms")
+        promise_raw = _optional(row, "promise")
+        if promise_raw is None:
+            promise: Promise = "none"
+        elif promise_raw in PROMISES:
+            promise = promise_raw
+        else:
+            raise _fail(f"{path}.promise", f"must be one of none, n+1, zone; got {promise_raw!r}")
+        prio_raw = _optional(row, "priority")
+        priority = 0 if prio_raw is None else _whole(prio_raw, f"{path}.priority", minimum=None)
+        out.append(
+            Demand(
+                id=demand_id,
+                tenant=tenant,
+                model=model,
+                home_region=home,
+                allowed_regions=allowed,
+                requests_per_s=rate,
+                burst=burst,
+                prompt_tokens=prompt,
+                output_tokens=output,
+                prefix_cache_hit_rate=hit,
+                residence_s=residence,
+                max_spill_rtt_ms=spill,
+                promise=promise,
+                priority=priority,
+            )
+        )
+    return tuple(out)
+
+
+def _parse_previous(
+    data: Mapping[str, object], zones: set[str], shapes: set[str]
+) -> tuple[PreviousRow, ...] | None:
+    raw_rows = _optional(data, "previous")
+    if raw_rows is None:
+        return None
+    out: list[PreviousRow] = []
+    seen: set[tuple[str, str]] = set()
+    for i, raw in enumerate(_list(raw_rows, "previous")):
+        path = f"previous[{i}]"
+        row = _mapping(raw, path)
+        zone = _known(
+            _name(_required(row, "zone", path), f"{path}.zone"), zones, "zone", f"{path}.zone"
+        )
+        shape = _known(
+            _name(_required(row, "shape", path), f"{path}.shape"), shapes, "shape", f"{path}.shape"
+        )
+        if (zone, shape) in seen:
+            raise _fail(path, f"duplicate previous row for zone {zone!r} and shape {shape!r}")
+        seen.add((zone, shape))
+        replicas = _whole(_required(row, "replicas", path), f"{path}.replicas")
+        out.append(PreviousRow(zone=zone, shape=shape, replicas=replicas))
+    return tuple(out)
+
+
+def parse_problem(data: Mapping[str, object] | object) -> Problem:
+    """Validate a ``placement-problem/v1`` dict and return it as a typed, frozen ``Problem``.
+
+    Applies the spec's defaults (utilisation 0.7, price multiplier 1, all regions allowed,
+    burst 1, hit rate 0, promise "none", priority 0, no previous plan). Fields the spec does
+    not list are ignored. Raises ``ProblemInvalid`` naming the first offending field.
+    """
+    root = _mapping(data, "problem")
+    fmt = _optional(root, "format")
+    if fmt is not None and fmt != PROBLEM_FORMAT:
+        raise _fail("format", f"must be {PROBLEM_FORMAT!r}, got {fmt!r}")
+    util_raw = _optional(root, "target_utilization")
+    util = (
+        DEFAULT_TARGET_UTILIZATION
+        if util_raw is None
+        else _utilization(util_raw, "target_utilization")
+    )
+    regions = _parse_regions(root)
+    region_names = tuple(r.name for r in regions)
+    zones = {z for r in regions for z in r.zones}
+    accelerators = _parse_accelerators(root)
+    accelerator_names = {a.name for a in accelerators}
+    inventory = _parse_inventory(root, zones, accelerator_names)
+    shapes = _parse_shapes(root, accelerator_names, util)
+    rtt = _parse_rtt(root, set(region_names))
+    demands = _parse_demands(root, region_names, {s.model for s in shapes})
+    previous = _parse_previous(root, zones, {s.name for s in shapes})
+    return Problem(
+        target_utilization=util,
+        regions=regions,
+        accelerators=accelerators,
+        inventory=inventory,
+        shapes=shapes,
+        rtt_ms=rtt,
+        demands=demands,
+        previous=previous,
+    )
