@@ -236,8 +236,9 @@ def generate_problem(
 
     Inventory: with ``scarcity`` None it is ample (every zone could host twice its region's
     home demand on any single GPU class). With a number it is ``scarcity`` × an estimate of
-    the GPUs the home demand needs (spares included) on one GPU class chosen per demand,
-    split evenly over the zones: below 1 the fleet cannot serve everything.
+    the GPUs the home demand needs (work at target utilisation, zone headroom for "zone"
+    promises, one spare replica per model) on one GPU class chosen per demand, split evenly
+    over the zones: well below 1 the fleet cannot serve everything.
     """
     _require_count("tenants", tenants, 1)
     _require_count("regions", regions, 1)
@@ -400,7 +401,8 @@ def _inventory(
     zones_of = {row["name"]: len(row["zones"]) for row in region_rows}
     # need[region][accelerator]: GPUs the region's home demand needs there.
     need: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    # Spare replicas (N+1, zone loss, equal rounding) per region, GPU class and model.
+    # Spare GPUs per region, GPU class and model: ample leaves room for N+1 and rounding to
+    # equal zones; a scarce fleet is sized to the need plus one spare replica.
     spares: dict[tuple[str, str, str], float] = {}
     for demand in demand_rows:
         region = demand["home_region"]
@@ -419,12 +421,16 @@ def _inventory(
                 key = (region, class_name, demand["model"])
                 spares[key] = float(shape["gpus"]) * (zones + 1)
         else:
-            shape = rng.choice(candidates)
-            need[region][shape["accelerator"]] += _gpus_needed(
-                demand, shape, target_utilization, zones
-            )
-            key = (region, shape["accelerator"], demand["model"])
-            spares[key] = max(spares.get(key, 0.0), float(shape["gpus"]) * (zones + 1))
+            # One GPU class per demand, its most GPU-efficient shape, one spare replica.
+            accelerator = rng.choice(sorted({s["accelerator"] for s in candidates}))
+            on_class = [s for s in candidates if s["accelerator"] == accelerator]
+            gpus_by_shape = [
+                (_gpus_needed(demand, s, target_utilization, zones), s) for s in on_class
+            ]
+            gpus, shape = min(gpus_by_shape, key=lambda pair: pair[0])
+            need[region][accelerator] += gpus
+            key = (region, accelerator, demand["model"])
+            spares[key] = max(spares.get(key, 0.0), float(shape["gpus"]))
     for (region, class_name, _model), spare_gpus in spares.items():
         need[region][class_name] += spare_gpus
 
