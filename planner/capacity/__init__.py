@@ -1,1 +1,167 @@
-"""planner.capacity: the LLM capacity arithmetic of the seeds, each formula once."""
+"""planner.capacity: the LLM capacity arithmetic of the seeds, each formula once.
+
+Modules, one job each:
+
+- ``workload``: length distributions, request classes and their cost, token rates and quotas.
+- ``littles_law``: requests in flight, stage by stage, and the per-replica KV check.
+- ``memory``: weights, KV bytes per token, the KV pool, context and sequences that fit.
+- ``sizing``: replicas for a demand and a failure promise, regional floors, pipeline limits.
+- ``queueing``: M/M/1 and M/M/c (Erlang C) waits, responses and quantiles.
+- ``autoscaling``: the HPA rule and behaviour, readiness delay, spike timelines.
+- ``budgets``: tenant token buckets in replica-seconds and weighted max-min fair shares.
+
+Bad input raises ``planner.errors.PlannerInputError`` naming the argument. The formulas, units
+and worked examples are written up for operators in ``docs/capacity-math.md``.
+"""
+
+from planner.capacity.autoscaling import (
+    DEFAULT_SCALE_DOWN,
+    DEFAULT_SCALE_UP,
+    HorizontalAutoscaler,
+    HpaBehavior,
+    HpaDecision,
+    HpaSpec,
+    PolicyType,
+    ScalingPolicy,
+    ScalingRules,
+    SelectPolicy,
+    SpikeTimeline,
+    hpa_desired_replicas,
+    readiness_delay,
+    spike_timeline,
+)
+from planner.capacity.budgets import TokenBudget, estimate_cost, fair_share
+from planner.capacity.littles_law import (
+    KvCheck,
+    Stage,
+    StageOccupancy,
+    StageSplit,
+    concurrency_with_headroom,
+    in_flight,
+    replica_kv_check,
+    stage_in_flight,
+)
+from planner.capacity.memory import (
+    GB,
+    MIB,
+    context_tokens_that_fit,
+    kv_bytes_per_token,
+    kv_pool_bytes,
+    max_concurrent_sequences,
+    shape_fits,
+    weight_bytes,
+)
+from planner.capacity.queueing import (
+    erlang_c,
+    mm1_mean_response,
+    mm1_mean_wait,
+    mm1_response_quantile,
+    mmc_mean_response,
+    mmc_mean_wait,
+    mmc_response_quantile,
+    mmc_wait_quantile,
+    offered_load,
+)
+from planner.capacity.sizing import (
+    FailurePromise,
+    PipelineCapacity,
+    RegionalPlan,
+    RegionSizing,
+    StageCapacity,
+    fleet_request_capacity,
+    gpus_for_concurrency,
+    pipeline_capacity,
+    regional_replicas,
+    replicas_for_promise,
+    replicas_needed,
+    tool_stage_capacity,
+)
+from planner.capacity.workload import (
+    SECONDS_PER_MONTH,
+    FeatureLoad,
+    LognormalFit,
+    RequestClass,
+    TpmPlan,
+    arrivals_after_exact_cache,
+    feature_load,
+    fleet_utilization,
+    lognormal_from_median_mean,
+    mean_request_cost,
+    quota_request,
+    replica_request_rate,
+    request_cost,
+    tokens_per_minute,
+    tpm_plan,
+)
+
+__all__ = [
+    "DEFAULT_SCALE_DOWN",
+    "DEFAULT_SCALE_UP",
+    "GB",
+    "MIB",
+    "SECONDS_PER_MONTH",
+    "FailurePromise",
+    "FeatureLoad",
+    "HorizontalAutoscaler",
+    "HpaBehavior",
+    "HpaDecision",
+    "HpaSpec",
+    "KvCheck",
+    "LognormalFit",
+    "PipelineCapacity",
+    "PolicyType",
+    "RegionSizing",
+    "RegionalPlan",
+    "RequestClass",
+    "ScalingPolicy",
+    "ScalingRules",
+    "SelectPolicy",
+    "SpikeTimeline",
+    "Stage",
+    "StageCapacity",
+    "StageOccupancy",
+    "StageSplit",
+    "TokenBudget",
+    "TpmPlan",
+    "arrivals_after_exact_cache",
+    "concurrency_with_headroom",
+    "context_tokens_that_fit",
+    "erlang_c",
+    "estimate_cost",
+    "fair_share",
+    "feature_load",
+    "fleet_request_capacity",
+    "fleet_utilization",
+    "gpus_for_concurrency",
+    "hpa_desired_replicas",
+    "in_flight",
+    "kv_bytes_per_token",
+    "kv_pool_bytes",
+    "lognormal_from_median_mean",
+    "max_concurrent_sequences",
+    "mean_request_cost",
+    "mm1_mean_response",
+    "mm1_mean_wait",
+    "mm1_response_quantile",
+    "mmc_mean_response",
+    "mmc_mean_wait",
+    "mmc_response_quantile",
+    "mmc_wait_quantile",
+    "offered_load",
+    "pipeline_capacity",
+    "quota_request",
+    "readiness_delay",
+    "regional_replicas",
+    "replica_kv_check",
+    "replica_request_rate",
+    "replicas_for_promise",
+    "replicas_needed",
+    "request_cost",
+    "shape_fits",
+    "spike_timeline",
+    "stage_in_flight",
+    "tokens_per_minute",
+    "tool_stage_capacity",
+    "tpm_plan",
+    "weight_bytes",
+]

@@ -12,17 +12,20 @@ from collections.abc import Mapping
 
 from planner.errors import PlannerInputError
 
-# Relative tolerance for rounding a count up. Capacity ratios such as 14 / 0.7 are whole
-# numbers on paper but 20.000000000000004 in binary floating point; a plain ceil would buy a
-# replica for rounding noise. A quotient within one part in a billion of an integer is taken to
+# Relative tolerance for rounding a count up. Capacity ratios such as 8.4 / 0.7 (the 12-replica
+# fleet's planning capacity back to replicas) are whole numbers on paper but 12.000000000000002
+# in binary floating point; a plain ceil would buy a replica for rounding noise. A quotient within one part in a billion of an integer is taken to
 # be that integer. Real demand never carries that precision, so nothing real is rounded away.
 CEIL_REL_TOL = 1e-9
 
 
 def ceil_count(value: float) -> int:
-    """Smallest whole count covering ``value``, ignoring float noise below ``CEIL_REL_TOL``."""
+    """Smallest whole count covering ``value``, ignoring float noise below ``CEIL_REL_TOL``.
+
+    A positive value always needs at least one: the tolerance never rounds demand away.
+    """
     nearest = round(value)
-    if abs(value - nearest) <= CEIL_REL_TOL * max(1.0, abs(value)):
+    if abs(value - nearest) <= CEIL_REL_TOL * max(1.0, abs(value)) and (nearest > 0 or value <= 0):
         return int(nearest)
     return math.ceil(value)
 
