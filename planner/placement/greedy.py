@@ -1,9 +1,10 @@
 """Greedy baseline plan: the seeds' sizing sheet applied region by region, no optimisation.
 
-For every region and model, the demands served there are sized with the seeds'
-``replicas_needed`` on one shape: capacity at target utilisation, one spare (N+1) where a
-demand promises it, survive-a-zone headroom where a demand promises "zone", and enough
-replicas for the concurrency check; then rounded up to equal replicas in every zone of the
+For every region and model, the demands served there are sized on one shape with the
+seeds' ``replicas_needed`` (``planner.capacity.sizing``, work in replica-seconds per
+second): capacity at target utilisation, one spare (N+1) where a demand promises it,
+survive-a-zone headroom where a demand promises "zone", and enough replicas for the
+concurrency check; then rounded up to equal replicas in every zone of the
 region. Among the model's shapes the cheapest one that the remaining inventory holds is
 taken. Nothing spills: a demand is served in its home region, or in its first allowed
 region if the home is not allowed. Where inventory runs short the plan keeps what fits and
@@ -17,13 +18,13 @@ not the solver's model code.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.capacity.sizing import replicas_needed
 from planner.errors import PlannerInputError
 from planner.placement.verify import (
     SOLUTION_FORMAT,
@@ -34,37 +35,8 @@ from planner.placement.verify import (
     read_spec_problem,
 )
 
-# Quotients within this relative distance of a whole number are that number: 14 / 0.7 is
-# 20.000000000000004 in floating point and needs 20 replicas, not 21.
-_CEIL_SLACK = 1e-9
 # A served fraction this close to 1 is 1: the shortfall is floating-point rounding.
 _FULL = 1.0 - 1e-9
-
-
-def _ceil(value: float) -> int:
-    return math.ceil(value - _CEIL_SLACK * max(1.0, abs(value)))
-
-
-def replicas_needed(
-    demand: float,
-    per_replica: float,
-    target_util: float = 0.7,
-    burst: float = 1.0,
-    zones: int = 1,
-) -> int:
-    """The seeds' sizing function: replicas to carry ``demand × burst`` at ``target_util``.
-
-    ``demand`` and ``per_replica`` share one unit (here replica-seconds per second and 1).
-    With ``zones`` > 1 the survivors of a zone loss carry it all, rounded up to equal
-    replicas per zone. 800 tokens/s at 100 per replica: 12; burst 1.5: 18; three zones: 27.
-    """
-    effective = per_replica * target_util
-    base = _ceil(demand * burst / effective)
-    if zones <= 1:
-        return base
-    survive = (zones - 1) / zones
-    need = _ceil(demand * burst / (effective * survive))
-    return zones * _ceil(need / zones)
 
 
 @dataclass
@@ -100,7 +72,7 @@ def _zones_needed(
             notes.append(f"{shape.name} holds no concurrent requests")
         else:
             needs.append(replicas_needed(in_flight, float(shape.max_concurrency), 1.0))
-    return _ceil(max(needs) / zones), notes
+    return -(-max(needs) // zones), notes
 
 
 def _fill(

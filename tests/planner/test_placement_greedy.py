@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from planner.capacity.sizing import replicas_needed
 from planner.placement.generator import generate_problem
-from planner.placement.greedy import greedy_plan, replicas_needed
+from planner.placement.greedy import greedy_plan
 from planner.placement.verify import verify
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "placement"
@@ -26,7 +27,7 @@ def per_zone(solution: dict[str, Any]) -> dict[str, int]:
     return {row["zone"]: row["replicas"] for row in solution["replicas"]}
 
 
-def test_replicas_needed_reproduces_the_seeds_sizing_sheet() -> None:
+def test_the_baselines_sizing_function_is_the_seeds() -> None:
     assert replicas_needed(800, 100) == 12
     assert replicas_needed(800, 100, burst=1.5) == 18
     assert replicas_needed(800, 100, burst=1.5, zones=3) == 27
