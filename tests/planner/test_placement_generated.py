@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from planner.errors import PlannerInputError
+from planner.placement import parse_problem
 from planner.placement.generator import generate_problem
 from planner.placement.greedy import greedy_plan
 from planner.placement.reference import reference_plan
-from planner.placement.verify import verify
+from planner.placement.verify import read_spec_problem, verify
 
 
 def _small(seed: int, **overrides: Any) -> dict[str, Any]:
@@ -192,3 +193,20 @@ def test_reference_and_greedy_plans_verify_and_greedy_never_beats_the_optimum(
     if greedy["unserved_requests_per_s"] == 0:
         assert all(u <= 1e-6 for u in plan.unserved_by_priority.values())
         assert plan.cost_per_hour <= greedy["cost_per_hour"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("scarcity", [None, 0.5])
+def test_generated_problems_are_valid_for_both_readers(scarcity: float | None) -> None:
+    # The solver's parser and the verifier's reader are independent; both must accept.
+    problem = generate_problem(
+        tenants=200,
+        regions=12,
+        zones_per_region=3,
+        gpu_types=5,
+        models=5,
+        seed=4,
+        scarcity=scarcity,
+    )
+    parsed = parse_problem(problem)
+    spec = read_spec_problem(problem)
+    assert len(parsed.demands) == len(spec.demands) == len(problem["demands"])
