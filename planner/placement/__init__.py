@@ -16,6 +16,7 @@ from planner.placement.problem import (
     Shape,
     parse_problem,
 )
+from planner.placement.solver import solve
 
 __all__ = [
     "Accelerator",
@@ -28,4 +29,5 @@ __all__ = [
     "Rtt",
     "Shape",
     "parse_problem",
+    "solve",
 ]

@@ -1,0 +1,330 @@
+"""A small mixed-integer linear model and the OR-Tools back ends that solve it.
+
+The placement formulation (``model.py``) is written once against ``LinearModel``; a back end
+translates it for one solver and then solves it again and again with different objectives
+and added rows, which is how the lexicographic stages of ``placement-v1`` run. Three back
+ends exist so that their speed can be measured on the same model (docs/placement.md):
+HiGHS and SCIP through MathOpt (``"highs"``, ``"scip"``), and CP-SAT on a model whose
+continuous variables and coefficients are scaled to integers (``"cpsat"``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal, Protocol
+
+from ortools.math_opt.python import mathopt
+from ortools.sat.python import cp_model
+
+BackendName = Literal["highs", "scip", "cpsat"]
+BACKENDS: Final[tuple[BackendName, ...]] = ("highs", "scip", "cpsat")
+
+# Primal feasibility the MIP solvers must meet, in the units of a row (replicas for the
+# capacity rows). Tighter than the solvers' 1e-6 defaults so that a plan cannot lean on
+# solver tolerance to save a replica; float noise stays far below it.
+FEASIBILITY_TOLERANCE: Final = 1e-9
+# Relative optimality gap at which a stage counts as proven optimal.
+OPTIMALITY_GAP: Final = 1e-9
+
+
+@dataclass
+class LinearModel:
+    """Variables with bounds and integrality, and rows ``lo ≤ Σ coef·var ≤ hi``."""
+
+    var_lb: list[float] = field(default_factory=list)
+    var_ub: list[float] = field(default_factory=list)
+    var_integer: list[bool] = field(default_factory=list)
+    var_name: list[str] = field(default_factory=list)
+    row_terms: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
+    row_lo: list[float] = field(default_factory=list)
+    row_hi: list[float] = field(default_factory=list)
+    row_name: list[str] = field(default_factory=list)
+
+    def add_var(self, lb: float, ub: float, *, integer: bool, name: str) -> int:
+        """Add a variable; returns its index."""
+        self.var_lb.append(lb)
+        self.var_ub.append(ub)
+        self.var_integer.append(integer)
+        self.var_name.append(name)
+        return len(self.var_lb) - 1
+
+    def add_row(
+        self, terms: Sequence[tuple[int, float]], lo: float, hi: float, *, name: str
+    ) -> int:
+        """Add ``lo ≤ Σ coef·var ≤ hi`` (use ±inf for a one-sided row); returns its index."""
+        self.row_terms.append(tuple(terms))
+        self.row_lo.append(lo)
+        self.row_hi.append(hi)
+        self.row_name.append(name)
+        return len(self.row_lo) - 1
+
+    @property
+    def num_vars(self) -> int:
+        return len(self.var_lb)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one solve returned.
+
+    ``values`` is None when no solution was found. ``bound`` is the best proven bound on the
+    objective (a lower bound when minimising, an upper bound when maximising).
+    """
+
+    proven_optimal: bool
+    infeasible: bool
+    values: tuple[float, ...] | None
+    objective: float | None
+    bound: float | None
+    seconds: float
+
+
+class Backend(Protocol):
+    """A solver holding a translated ``LinearModel`` that can grow between solves."""
+
+    def add_var(self, lb: float, ub: float, *, integer: bool, name: str) -> int: ...
+
+    def add_row(self, terms: Sequence[tuple[int, float]], lo: float, hi: float) -> None: ...
+
+    def set_upper_bound(self, var: int, ub: float) -> None: ...
+
+    def solve(
+        self,
+        objective: Mapping[int, float],
+        *,
+        maximize: bool,
+        time_limit_s: float,
+        hint: Mapping[int, float] | None,
+    ) -> Outcome: ...
+
+
+def make_backend(model: LinearModel, name: BackendName, *, workers: int, seed: int) -> Backend:
+    """Translate ``model`` for the back end called ``name``."""
+    if name == "cpsat":
+        return CpSatBackend(model, workers=workers, seed=seed)
+    return MathOptBackend(model, name, workers=workers, seed=seed)
+
+
+class MathOptBackend:
+    """HiGHS or SCIP through MathOpt; the model is kept and changed between solves."""
+
+    def __init__(self, model: LinearModel, name: BackendName, *, workers: int, seed: int) -> None:
+        self._solver = mathopt.SolverType.HIGHS if name == "highs" else mathopt.SolverType.GSCIP
+        self._workers = workers
+        self._seed = seed
+        self._model = mathopt.Model(name="placement")
+        m = self._model
+        self._vars = [
+            (
+                m.add_integer_variable(lb=lb, ub=ub, name=n)
+                if integer
+                else m.add_variable(lb=lb, ub=ub, name=n)
+            )
+            for lb, ub, integer, n in zip(
+                model.var_lb, model.var_ub, model.var_integer, model.var_name, strict=True
+            )
+        ]
+        self._integer = list(model.var_integer)
+        for terms, lo, hi in zip(model.row_terms, model.row_lo, model.row_hi, strict=True):
+            self.add_row(terms, lo, hi)
+
+    def add_var(self, lb: float, ub: float, *, integer: bool, name: str) -> int:
+        m = self._model
+        if integer:
+            self._vars.append(m.add_integer_variable(lb=lb, ub=ub, name=name))
+        else:
+            self._vars.append(m.add_variable(lb=lb, ub=ub, name=name))
+        self._integer.append(integer)
+        return len(self._vars) - 1
+
+    def add_row(self, terms: Sequence[tuple[int, float]], lo: float, hi: float) -> None:
+        row = self._model.add_linear_constraint(lb=lo, ub=hi)
+        for var, coef in terms:
+            row.set_coefficient(self._vars[var], coef)
+
+    def set_upper_bound(self, var: int, ub: float) -> None:
+        self._vars[var].upper_bound = ub
+
+    def _params(self, time_limit_s: float) -> mathopt.SolveParameters:
+        params = mathopt.SolveParameters(
+            time_limit=datetime.timedelta(seconds=max(0.01, time_limit_s)),
+            enable_output=False,
+            random_seed=self._seed,
+            relative_gap_tolerance=OPTIMALITY_GAP,
+            absolute_gap_tolerance=1e-9,
+        )
+        if self._solver == mathopt.SolverType.HIGHS:
+            params.highs.double_options["mip_feasibility_tolerance"] = FEASIBILITY_TOLERANCE
+            params.highs.double_options["primal_feasibility_tolerance"] = FEASIBILITY_TOLERANCE
+        else:
+            params.gscip.real_params["numerics/feastol"] = FEASIBILITY_TOLERANCE
+        return params
+
+    def solve(
+        self,
+        objective: Mapping[int, float],
+        *,
+        maximize: bool,
+        time_limit_s: float,
+        hint: Mapping[int, float] | None,
+    ) -> Outcome:
+        m = self._model
+        m.objective.clear()
+        m.objective.is_maximize = maximize
+        for var, coef in objective.items():
+            m.objective.set_linear_coefficient(self._vars[var], coef)
+        model_params = None
+        if hint is not None and self._solver == mathopt.SolverType.GSCIP:
+            model_params = mathopt.ModelSolveParameters(
+                solution_hints=[
+                    mathopt.SolutionHint(
+                        variable_values={self._vars[v]: value for v, value in hint.items()}
+                    )
+                ]
+            )
+        started = time.perf_counter()
+        result = mathopt.solve(
+            m, self._solver, params=self._params(time_limit_s), model_params=model_params
+        )
+        seconds = time.perf_counter() - started
+        reason = result.termination.reason
+        infeasible = reason in (
+            mathopt.TerminationReason.INFEASIBLE,
+            mathopt.TerminationReason.INFEASIBLE_OR_UNBOUNDED,
+        )
+        values: tuple[float, ...] | None = None
+        objective_value: float | None = None
+        if result.has_primal_feasible_solution():
+            raw = result.variable_values(self._vars)
+            values = tuple(
+                float(round(v)) if integer else float(v)
+                for v, integer in zip(raw, self._integer, strict=True)
+            )
+            objective_value = sum(coef * values[var] for var, coef in objective.items())
+        bound = result.termination.objective_bounds.dual_bound
+        return Outcome(
+            proven_optimal=reason == mathopt.TerminationReason.OPTIMAL,
+            infeasible=infeasible,
+            values=values,
+            objective=objective_value,
+            bound=bound if math.isfinite(bound) else None,
+            seconds=seconds,
+        )
+
+
+def _ceil_scaled(value: float) -> int:
+    # Round a scaled coefficient up, ignoring float noise below one part in a billion (as
+    # planner.capacity's ceil_count): 20.000000000000004 is 20, not 21.
+    nearest = round(value)
+    if abs(value - nearest) <= 1e-9 * max(1.0, abs(value)):
+        return int(nearest)
+    return math.ceil(value)
+
+
+def _floor_scaled(value: float) -> int:
+    return -_ceil_scaled(-value)
+
+
+class CpSatBackend:
+    """CP-SAT on an integer model: continuous variables count in steps of 1/``STEPS``.
+
+    Each row is multiplied by a power of ten and its coefficients rounded *against* the row
+    (up on the ≤ side, down on the ≥ side) so that every integer solution also satisfies the
+    real-valued row: rounding can cost optimality at the margin, never feasibility.
+    """
+
+    STEPS: Final = 100_000
+    ROW_DIGITS: Final = 9
+
+    def __init__(self, model: LinearModel, *, workers: int, seed: int) -> None:
+        self._workers = workers
+        self._seed = seed
+        self._model = cp_model.CpModel()
+        self._scale: list[int] = []
+        self._vars: list[cp_model.IntVar] = []
+        for lb, ub, integer, name in zip(
+            model.var_lb, model.var_ub, model.var_integer, model.var_name, strict=True
+        ):
+            self.add_var(lb, ub, integer=integer, name=name)
+        for terms, lo, hi in zip(model.row_terms, model.row_lo, model.row_hi, strict=True):
+            self.add_row(terms, lo, hi)
+
+    def add_var(self, lb: float, ub: float, *, integer: bool, name: str) -> int:
+        if lb < 0:
+            raise ValueError(f"the CP-SAT back end needs non-negative variables: {name}")
+        scale = 1 if integer else self.STEPS
+        # An unbounded helper (|n − previous|) gets a finite domain CP-SAT can hold.
+        top = min(ub * scale, 2**40)
+        self._scale.append(scale)
+        self._vars.append(
+            self._model.new_int_var(math.ceil(lb * scale - 1e-9), math.floor(top + 1e-9), name)
+        )
+        return len(self._vars) - 1
+
+    def add_row(self, terms: Sequence[tuple[int, float]], lo: float, hi: float) -> None:
+        # Coefficients per integer step, then a row scale that keeps about ROW_DIGITS digits.
+        per_step = [(var, coef / self._scale[var]) for var, coef in terms if coef != 0]
+        if not per_step:
+            return
+        biggest = max(abs(c) for _, c in per_step)
+        row_scale = 10.0 ** (self.ROW_DIGITS - math.floor(math.log10(biggest)))
+        if math.isfinite(hi):
+            coefs = [(v, _ceil_scaled(c * row_scale)) for v, c in per_step]
+            self._model.add(
+                sum(c * self._vars[v] for v, c in coefs) <= _floor_scaled(hi * row_scale)
+            )
+        if math.isfinite(lo):
+            coefs = [(v, _floor_scaled(c * row_scale)) for v, c in per_step]
+            self._model.add(
+                sum(c * self._vars[v] for v, c in coefs) >= _ceil_scaled(lo * row_scale)
+            )
+
+    def set_upper_bound(self, var: int, ub: float) -> None:
+        scaled = math.floor(ub * self._scale[var] + 1e-9)
+        self._model.add(self._vars[var] <= scaled)
+
+    def solve(
+        self,
+        objective: Mapping[int, float],
+        *,
+        maximize: bool,
+        time_limit_s: float,
+        hint: Mapping[int, float] | None,
+    ) -> Outcome:
+        expr = sum((coef / self._scale[var]) * self._vars[var] for var, coef in objective.items())
+        if maximize:
+            self._model.maximize(expr)
+        else:
+            self._model.minimize(expr)
+        self._model.clear_hints()  # type: ignore[no-untyped-call]
+        if hint is not None:
+            for var, value in hint.items():
+                self._model.add_hint(self._vars[var], round(value * self._scale[var]))
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
+        solver.parameters.num_workers = self._workers
+        solver.parameters.random_seed = self._seed
+        solver.parameters.relative_gap_limit = OPTIMALITY_GAP
+        started = time.perf_counter()
+        status = solver.solve(self._model)
+        seconds = time.perf_counter() - started
+        values: tuple[float, ...] | None = None
+        objective_value: float | None = None
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            values = tuple(
+                solver.value(v) / scale for v, scale in zip(self._vars, self._scale, strict=True)
+            )
+            objective_value = sum(coef * values[var] for var, coef in objective.items())
+        bound = solver.best_objective_bound if values is not None else None
+        return Outcome(
+            proven_optimal=status == cp_model.OPTIMAL,
+            infeasible=status == cp_model.INFEASIBLE,
+            values=values,
+            objective=objective_value,
+            bound=bound,
+            seconds=seconds,
+        )
