@@ -371,6 +371,42 @@ def _checked_requests(requests: Requests) -> Requests:
     return requests
 
 
+def open_loop_times(
+    requests: Requests,
+    arrival_s: npt.ArrayLike,
+    servers: int,
+    *,
+    policy: Policy = "fifo",
+    engine: Engine = "auto",
+) -> tuple[FloatArray, FloatArray]:
+    """Start and completion times (seconds) of open-loop arrivals at the given times.
+
+    Request ``i`` arrives at ``arrival_s[i]`` (seconds, non-decreasing, >= 0) and needs
+    ``requests.service_s[i]`` seconds of a replica. The bare schedule, without statistics:
+    what ``run_open_loop`` and the SLO search build on.
+    """
+    reqs = _checked_requests(requests)
+    return _open_loop_schedule(reqs, _checked_arrivals(reqs, arrival_s), servers, policy, engine)
+
+
+def open_loop_latencies(
+    requests: Requests,
+    arrival_s: npt.ArrayLike,
+    servers: int,
+    *,
+    policy: Policy = "fifo",
+    engine: Engine = "auto",
+) -> FloatArray:
+    """Each request's latency (completion − arrival, seconds) for open-loop arrivals.
+
+    The same output as the seeds' heapq simulator, bit for bit, on the same input.
+    """
+    reqs = _checked_requests(requests)
+    arrival = _checked_arrivals(reqs, arrival_s)
+    _, done = _open_loop_schedule(reqs, arrival, servers, policy, engine)
+    return done - arrival
+
+
 def run_open_loop(
     requests: Requests,
     arrival_s: npt.ArrayLike,
@@ -386,23 +422,34 @@ def run_open_loop(
     heapq simulator the same input.
     """
     reqs = _checked_requests(requests)
+    arrival = _checked_arrivals(reqs, arrival_s)
+    start, done = _open_loop_schedule(reqs, arrival, servers, policy, engine)
+    return _result(reqs, arrival, start, done, servers, policy)
+
+
+def _open_loop_schedule(
+    requests: Requests, arrival: FloatArray, servers: int, policy: Policy, engine: Engine
+) -> tuple[FloatArray, FloatArray]:
+    """Start and completion times for checked requests and arrivals."""
     pool = _count("servers", servers)
+    order = service_order(requests, policy)
+    compiled = _engine_is_compiled(engine)
+    if order is None:
+        return _simkernel.fifo_open(arrival, requests.service_s, pool, compiled)
+    return _simkernel.priority_open(
+        arrival, requests.service_s, requests.class_index, order, pool, compiled
+    )
+
+
+def _checked_arrivals(requests: Requests, arrival_s: npt.ArrayLike) -> FloatArray:
     arrival = np.ascontiguousarray(arrival_s, dtype=np.float64)
-    if arrival.shape != reqs.service_s.shape:
+    if arrival.shape != requests.service_s.shape:
         raise PlannerInputError("arrival_s", "must hold one arrival time per request")
     if not np.all(np.isfinite(arrival)) or arrival[0] < 0:
         raise PlannerInputError("arrival_s", "arrival times must be finite and >= 0")
     if np.any(arrival[1:] < arrival[:-1]):
         raise PlannerInputError("arrival_s", "arrival times must be non-decreasing")
-    order = service_order(reqs, policy)
-    compiled = _engine_is_compiled(engine)
-    if order is None:
-        start, done = _simkernel.fifo_open(arrival, reqs.service_s, pool, compiled)
-    else:
-        start, done = _simkernel.priority_open(
-            arrival, reqs.service_s, reqs.class_index, order, pool, compiled
-        )
-    return _result(reqs, arrival, start, done, pool, policy)
+    return arrival
 
 
 def run_closed_loop(

@@ -50,7 +50,7 @@ from planner.capacity.simulation import (
     ServiceClass,
     draw_requests,
     latency_quantile,
-    run_open_loop,
+    open_loop_times,
     unit_rate_arrivals,
 )
 from planner.errors import PlannerInputError
@@ -171,15 +171,26 @@ def capacity_at_slo_of(
             f"p{level * 100:g} of service time alone is {idle_latency:.4g} s, above the "
             f"{target:g} s target: no arrival rate meets it",
         )
-    saturation = pool / float(np.mean(requests.service_s))
+    busy_s = float(np.sum(requests.service_s))
+    saturation = pool * requests.count / busy_s
 
     points: list[SloPoint] = []
 
     def evaluate(rate: float) -> bool:
-        result = run_open_loop(requests, unit / rate, pool, policy=policy, engine=engine)
-        latency = result.quantile(level)
+        arrival = unit / rate
+        _, done = open_loop_times(requests, arrival, pool, policy=policy, engine=engine)
+        latency = latency_quantile(done - arrival, level)
         met = latency <= target
-        points.append(SloPoint(rate, latency, met, result.throughput_per_s, result.utilisation))
+        horizon = float(done.max())
+        points.append(
+            SloPoint(
+                rate=rate,
+                latency_s=latency,
+                meets=met,
+                throughput_per_s=requests.count / horizon,
+                utilisation=busy_s / (pool * horizon),
+            )
+        )
         return met
 
     # Invariant: rates <= lo meet the target (lo = 0 trivially), rates >= hi fail.

@@ -26,6 +26,7 @@ from planner.capacity.simulation import (
     draw_requests,
     latency_quantile,
     open_loop_arrivals,
+    open_loop_latencies,
     run_closed_loop,
     run_open_loop,
     service_order,
@@ -103,6 +104,8 @@ def test_open_loop_is_identical_to_the_seeds_simulator(engine: Any, rate: float)
     result = run_open_loop(requests, arrival, 12, engine=engine)
     latencies, _ = seeds.open_loop(arrival.tolist(), requests.service_s.tolist())
     assert np.array_equal(result.latency_s, np.asarray(latencies))
+    bare = open_loop_latencies(requests, arrival, 12, engine=engine)
+    assert np.array_equal(bare, result.latency_s)
     for q in (0.5, 0.95, 0.99):
         assert result.quantile(q) == seeds.percentile(latencies, q)
 
