@@ -26,6 +26,8 @@ import yaml
 from django.utils.dateparse import parse_date, parse_datetime
 
 SCENARIO_FORMAT = "headroom-scenario/v1"
+# libyaml's safe loader when PyYAML was built with it: several times faster, same results.
+_YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ScenarioError(Exception):
@@ -385,7 +387,7 @@ def scenario_read(path: Path | str) -> Any:
                 str(path), f"JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}"
             ) from exc
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_YAML_LOADER)  # safe: the C or Python SafeLoader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -585,10 +585,8 @@ def _demands(*, default_target: float, say: Callable[[str], None]) -> list[dict[
             "allowed_regions": allowed,
             "requests_per_s": _num(profile.peak_requests_per_s),
             "burst": _num(_tier_burst(tier, default_target, say, scaled_tiers)),
-            # Whole tokens, rounded up: the spec counts tokens, and rounding up never plans
-            # less than measured.
-            "prompt_tokens": math.ceil(profile.prompt_tokens_mean),
-            "output_tokens": math.ceil(profile.output_tokens_mean),
+            "prompt_tokens": _num(profile.prompt_tokens_mean),
+            "output_tokens": _num(profile.output_tokens_mean),
             "prefix_cache_hit_rate": _num(profile.prefix_cache_hit_rate),
         }
         if profile.residence_s is not None:
