@@ -107,7 +107,7 @@ def test_recovers_weekly_shape_and_trend() -> None:
     # 1.5 standard errors, the worst of 168 slots within 5.
     assert float(np.sqrt(np.mean(error**2))) < 0.055
     assert float(np.max(np.abs(error))) < 0.18
-    # Slope standard error ≈ σ / √(within-slot Σ(t − t̄)²) ≈ 0.0013 a week: within 4 of them.
+    # Slope standard error ≈ σ / √(within-slot Σ(t − t̄)²) ≈ 0.0012 a week: within 4 of them.
     assert model.weekly_growth == pytest.approx(GROWTH, abs=0.005)
 
 
