@@ -7,9 +7,9 @@ the same file twice writes nothing the second time (no saves, no history rows). 
 goes through ``full_clean()`` and tenants also through ``validate_residency_regions``; the
 whole load is one transaction, so a bad entry leaves the database as it was.
 
-``problem_export`` builds the placement problem (``placement-problem/v1``, see
-``/shared/spec/placement-v1.md``) from the database, and ``problem_summary`` describes one
-for an operator.
+``problem_export`` builds the placement problem (``placement-problem/v1``, the planner's input
+contract) from the database, and ``problem_summary`` describes one for an operator. How each
+problem field is derived is documented in ``docs/scenarios/README.md``.
 """
 
 from __future__ import annotations
