@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "controlplane.policies",
     "controlplane.scenarios",
     "controlplane.api",
+    "controlplane.plans",
 ]
 
 MIDDLEWARE = [
