@@ -1,0 +1,154 @@
+"""Query-string filters, ordering and pagination for the record endpoints.
+
+Foreign keys filter by id (``?tier=3``); choices by value (``?state=down``); an unknown id or
+value is a 400 naming the parameter, not an empty page.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import django_filters
+from django.conf import settings
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+from rest_framework.filters import OrderingFilter
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.request import Request
+
+from controlplane.fleet.models import (
+    CapacityFigure,
+    Geography,
+    Region,
+    RegionLink,
+    ReplicaShape,
+    Zone,
+    ZoneInventory,
+)
+from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
+
+
+class RecordPagination(LimitOffsetPagination):
+    """``?limit=&offset=``; the page size is ``PAGE_SIZE`` unless ``limit`` asks otherwise."""
+
+    # Bounds one response (and keeps LIMIT inside the database's integer range).
+    max_limit = 1000
+
+
+class StableOrderingFilter(OrderingFilter):
+    """``?ordering=a,-b`` over the view's ``ordering_fields``, ties broken by id.
+
+    Without the tie-break, rows that compare equal (two figures measured at the same time)
+    could move between pages from one request to the next.
+    """
+
+    def get_ordering(self, request: Request, queryset: QuerySet[Any], view: Any) -> list[str]:
+        ordering = super().get_ordering(request, queryset, view) or []
+        ordering = list(ordering or queryset.query.order_by or queryset.model._meta.ordering)
+        if not {"pk", "-pk", "id", "-id"} & set(ordering):
+            ordering.append("pk")
+        return ordering
+
+
+class RegionFilter(django_filters.FilterSet):
+    class Meta:
+        model = Region
+        fields = ("geography",)
+
+
+class ZoneFilter(django_filters.FilterSet):
+    geography = django_filters.ModelChoiceFilter(
+        field_name="region__geography",
+        queryset=Geography.objects.all(),
+        label="Zones in regions of this geography.",
+    )
+
+    class Meta:
+        model = Zone
+        fields = ("region", "state")
+
+
+class RegionLinkFilter(django_filters.FilterSet):
+    region = django_filters.ModelChoiceFilter(
+        queryset=Region.objects.all(),
+        method="filter_either_end",
+        label="Links with this region at either end.",
+    )
+
+    class Meta:
+        model = RegionLink
+        fields = ("region_a", "region_b")
+
+    def filter_either_end(
+        self, queryset: QuerySet[RegionLink], name: str, value: Region
+    ) -> QuerySet[RegionLink]:
+        return queryset.filter(Q(region_a=value) | Q(region_b=value))
+
+
+class ZoneInventoryFilter(django_filters.FilterSet):
+    region = django_filters.ModelChoiceFilter(
+        field_name="zone__region", queryset=Region.objects.all(), label="Zones of this region."
+    )
+
+    class Meta:
+        model = ZoneInventory
+        fields = ("zone", "accelerator")
+
+
+class ReplicaShapeFilter(django_filters.FilterSet):
+    class Meta:
+        model = ReplicaShape
+        fields = ("model", "accelerator")
+
+
+class CapacityFigureFilter(django_filters.FilterSet):
+    stale = django_filters.TypedChoiceFilter(
+        choices=[("true", "true"), ("false", "false")],
+        coerce=lambda value: value == "true",
+        method="filter_stale",
+        label="true: figures older than the fleet's maximum age; false: fresh ones.",
+    )
+
+    class Meta:
+        model = CapacityFigure
+        fields = ("shape", "workload_class", "source")
+
+    def filter_stale(
+        self, queryset: QuerySet[CapacityFigure], name: str, value: bool
+    ) -> QuerySet[CapacityFigure]:
+        # The same rule as CapacityFigure.is_stale (age > max age), as a query.
+        cutoff = timezone.now() - timedelta(days=settings.HEADROOM_CAPACITY_MAX_AGE_DAYS)
+        if value:
+            return queryset.filter(measured_at__lt=cutoff)
+        return queryset.filter(measured_at__gte=cutoff)
+
+
+class TierFilter(django_filters.FilterSet):
+    class Meta:
+        model = Tier
+        fields = ("failure_promise",)
+
+
+class TenantFilter(django_filters.FilterSet):
+    residency_region = django_filters.ModelChoiceFilter(
+        field_name="residency_regions",
+        queryset=Region.objects.all(),
+        label="Tenants whose residency region list includes this region.",
+    )
+
+    class Meta:
+        model = Tenant
+        fields = ("tier", "home_region", "residency_geography", "spill_allowed")
+
+
+class TenantQuotaFilter(django_filters.FilterSet):
+    class Meta:
+        model = TenantQuota
+        fields = ("tenant",)
+
+
+class WorkloadProfileFilter(django_filters.FilterSet):
+    class Meta:
+        model = WorkloadProfile
+        fields = ("tenant", "model", "workload_class", "region", "source")

@@ -1,0 +1,342 @@
+"""Serializers: the API's representation of fleet and policy records.
+
+They parse and render only. Every write goes through ``services`` (``record_save``,
+``tenant_save``), which run the model's ``full_clean()``, so the API applies the same rules as
+the admin. Derived figures (KV pool, context tokens, weight bytes) come from the models, which
+take them from ``planner.capacity.memory``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from rest_framework import serializers
+
+from controlplane.api.services import record_save, tenant_save
+from controlplane.fleet.models import (
+    AcceleratorType,
+    CapacityFigure,
+    Geography,
+    LlmModel,
+    Region,
+    RegionLink,
+    ReplicaShape,
+    WorkloadClass,
+    Zone,
+    ZoneInventory,
+)
+from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
+from planner.errors import PlannerInputError
+
+# Provenance documents describe a benchmark run; deeper nesting than this is a mistake, and
+# unbounded nesting would exhaust the recursion limit when the document is stored.
+MAX_JSON_DEPTH = 16
+
+
+def _finite_or_none(compute: Callable[[], float]) -> float | None:
+    """A derived figure, or ``None`` when the stored inputs make it meaningless.
+
+    Field validators bound each input from one side only, so extreme but finite inputs can
+    overflow a product to infinity; JSON cannot carry that, and ``None`` says "not defined".
+    """
+    try:
+        value = float(compute())
+    except (ArithmeticError, PlannerInputError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+class JSONDocumentField(serializers.JSONField):
+    """A JSON document that every database can store: bounded depth, no NUL characters."""
+
+    default_error_messages = {
+        "too_deep": f"Nest at most {MAX_JSON_DEPTH} levels.",
+        "nul": "Text may not contain NUL (\\u0000) characters.",
+    }
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        self._check(value, depth=1)
+        return value
+
+    def _check(self, value: Any, *, depth: int) -> None:
+        if isinstance(value, str):
+            if "\x00" in value:
+                self.fail("nul")
+            return
+        if not isinstance(value, dict | list):
+            return
+        if depth > MAX_JSON_DEPTH:
+            self.fail("too_deep")
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(key, str) and "\x00" in key:
+                self.fail("nul")
+            self._check(item, depth=depth + 1)
+
+
+class RecordSerializer(serializers.ModelSerializer):
+    """Writes through ``record_save`` so the model's ``full_clean()`` rules apply."""
+
+    def create(self, validated_data: dict[str, Any]) -> Any:
+        return record_save(record=self.Meta.model(**validated_data))
+
+    def update(self, instance: Any, validated_data: dict[str, Any]) -> Any:
+        for name, value in validated_data.items():
+            setattr(instance, name, value)
+        return record_save(record=instance)
+
+
+class RevisionedSerializer(RecordSerializer):
+    """Adds ``revision`` and ``etag`` (read-only): send ``etag`` back as ``If-Match``."""
+
+    etag = serializers.CharField(read_only=True, help_text="Send as If-Match to update.")
+
+
+REVISION_FIELDS = ("revision", "etag")
+
+
+class GeographySerializer(RecordSerializer):
+    class Meta:
+        model = Geography
+        fields = ("id", "name", "description")
+
+
+class RegionSerializer(RecordSerializer):
+    class Meta:
+        model = Region
+        fields = ("id", "name", "geography", "price_multiplier")
+
+
+class ZoneSerializer(RecordSerializer):
+    class Meta:
+        model = Zone
+        fields = ("id", "name", "region", "state")
+
+
+class RegionLinkSerializer(RecordSerializer):
+    class Meta:
+        model = RegionLink
+        fields = ("id", "region_a", "region_b", "rtt_ms")
+
+
+class AcceleratorTypeSerializer(RecordSerializer):
+    class Meta:
+        model = AcceleratorType
+        fields = (
+            "id",
+            "name",
+            "memory_gb",
+            "peak_bf16_tflops",
+            "memory_tbps",
+            "on_demand_price_per_gpu_hour",
+            "reserved_price_per_gpu_hour",
+        )
+
+
+class ZoneInventorySerializer(RecordSerializer):
+    class Meta:
+        model = ZoneInventory
+        fields = ("id", "zone", "accelerator", "gpus_available")
+
+
+class LlmModelSerializer(RecordSerializer):
+    weight_bytes = serializers.SerializerMethodField(help_text="Weights in memory, bytes.")
+    kv_bytes_per_token = serializers.SerializerMethodField(
+        help_text="KV cache per token of context, bytes."
+    )
+
+    class Meta:
+        model = LlmModel
+        fields = (
+            "id",
+            "name",
+            "parameters_billions",
+            "bytes_per_parameter",
+            "layers",
+            "kv_heads",
+            "head_dim",
+            "kv_bytes_per_element",
+            "weight_bytes",
+            "kv_bytes_per_token",
+        )
+
+    def get_weight_bytes(self, model: LlmModel) -> float | None:
+        return _finite_or_none(lambda: model.weight_bytes)
+
+    def get_kv_bytes_per_token(self, model: LlmModel) -> float | None:
+        return _finite_or_none(lambda: model.kv_bytes_per_token)
+
+
+class ReplicaShapeSerializer(RecordSerializer):
+    kv_pool_gb = serializers.SerializerMethodField(
+        help_text="KV cache pool of one replica, decimal GB."
+    )
+    context_tokens = serializers.SerializerMethodField(
+        help_text="Tokens of live context one replica's KV pool holds."
+    )
+
+    class Meta:
+        model = ReplicaShape
+        fields = (
+            "id",
+            "name",
+            "model",
+            "accelerator",
+            "gpus_per_replica",
+            "runtime_reserve_gb_per_gpu",
+            "target_utilization",
+            "runtime_version",
+            "kv_pool_gb",
+            "context_tokens",
+        )
+
+    def get_kv_pool_gb(self, shape: ReplicaShape) -> float | None:
+        return _finite_or_none(lambda: shape.kv_pool_gb)
+
+    def get_context_tokens(self, shape: ReplicaShape) -> int | None:
+        tokens = _finite_or_none(lambda: shape.context_tokens)
+        return None if tokens is None else int(tokens)
+
+
+class WorkloadClassSerializer(RecordSerializer):
+    class Meta:
+        model = WorkloadClass
+        fields = ("id", "name", "description")
+
+
+class CapacityFigureSerializer(RecordSerializer):
+    provenance = JSONDocumentField(
+        required=False,
+        help_text="Benchmark run, hardware, software versions, workload profile version.",
+    )
+    is_stale = serializers.BooleanField(
+        read_only=True, help_text="Measured longer ago than the fleet's maximum figure age."
+    )
+
+    class Meta:
+        model = CapacityFigure
+        fields = (
+            "id",
+            "shape",
+            "workload_class",
+            "prefill_tokens_per_s",
+            "decode_tokens_per_s",
+            "max_concurrency",
+            "knee_requests_per_s",
+            "measured_at",
+            "source",
+            "provenance",
+            "is_stale",
+        )
+
+
+class TierSerializer(RevisionedSerializer):
+    class Meta:
+        model = Tier
+        fields = (
+            "id",
+            "name",
+            "p95_ttft_slo_s",
+            "failure_promise",
+            "priority",
+            "target_utilization",
+            "burst_factor",
+            *REVISION_FIELDS,
+        )
+
+
+TENANT_QUOTA_FIELDS = (
+    "id",
+    "tenant",
+    "budget_rate_replica_s_per_s",
+    "budget_burst_replica_s",
+    "tokens_per_minute_limit",
+    "tokens_per_minute_burst",
+    *REVISION_FIELDS,
+)
+
+
+class TenantQuotaSerializer(RevisionedSerializer):
+    class Meta:
+        model = TenantQuota
+        fields = TENANT_QUOTA_FIELDS
+
+
+class TenantQuotaSummarySerializer(serializers.ModelSerializer):
+    """The quota as shown inside a tenant (read-only; edit it at its own endpoint)."""
+
+    etag = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = TenantQuota
+        fields = tuple(f for f in TENANT_QUOTA_FIELDS if f != "tenant")
+        read_only_fields = fields
+
+
+class TenantSerializer(RevisionedSerializer):
+    residency_regions = serializers.PrimaryKeyRelatedField(
+        many=True,
+        required=False,
+        queryset=Region.objects.all(),
+        help_text=(
+            "Regions the tenant's data may be served in (empty = no region list). Must "
+            "include the home region and lie inside the residency geography."
+        ),
+    )
+    quota = TenantQuotaSummarySerializer(read_only=True, allow_null=True)
+
+    class Meta:
+        model = Tenant
+        fields = (
+            "id",
+            "name",
+            "display_name",
+            "tier",
+            "home_region",
+            "residency_geography",
+            "residency_regions",
+            "spill_allowed",
+            "max_spill_rtt_ms",
+            "fair_share_weight",
+            "quota",
+            *REVISION_FIELDS,
+        )
+
+    def create(self, validated_data: dict[str, Any]) -> Tenant:
+        regions = validated_data.pop("residency_regions", None)
+        return tenant_save(tenant=Tenant(**validated_data), residency_regions=regions)
+
+    def update(self, instance: Tenant, validated_data: dict[str, Any]) -> Tenant:
+        regions = validated_data.pop("residency_regions", None)
+        for name, value in validated_data.items():
+            setattr(instance, name, value)
+        return tenant_save(tenant=instance, residency_regions=regions)
+
+
+class WorkloadProfileSerializer(RecordSerializer):
+    class Meta:
+        model = WorkloadProfile
+        fields = (
+            "id",
+            "tenant",
+            "model",
+            "workload_class",
+            "region",
+            "version",
+            "source",
+            "peak_requests_per_s",
+            "prompt_tokens_p50",
+            "prompt_tokens_mean",
+            "prompt_tokens_p95",
+            "prompt_tokens_p99",
+            "output_tokens_p50",
+            "output_tokens_mean",
+            "output_tokens_p95",
+            "output_tokens_p99",
+            "prefix_cache_hit_rate",
+            "residence_s",
+            "created_at",
+        )

@@ -1,0 +1,277 @@
+"""One endpoint per fleet and policy record type, all alike.
+
+Every endpoint lists (filtered, searchable, ordered, paginated), retrieves, creates, updates
+and deletes its records, and shows each record's audit history at ``{id}/history/``. Reads
+need any role; writes need ``policy-admin``. Tiers, tenants and tenant quotas are updated
+under optimistic concurrency (``concurrency.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Model, QuerySet
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.filters import SearchFilter
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.api import filters, serializers
+from controlplane.api.concurrency import (
+    IF_MATCH_PARAMETER,
+    etag_matches_weakly,
+    lock_for_write,
+    require_if_match,
+)
+from controlplane.api.history import HistoryEntrySerializer, history_entries
+from controlplane.api.parsers import StrictJSONParser
+from controlplane.api.permissions import POLICY_ADMIN, ROLES, RolePermission
+from controlplane.api.services import record_delete
+from controlplane.fleet.models import (
+    AcceleratorType,
+    CapacityFigure,
+    Geography,
+    LlmModel,
+    Region,
+    RegionLink,
+    ReplicaShape,
+    WorkloadClass,
+    Zone,
+    ZoneInventory,
+)
+from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
+
+# Ids are bigints: more digits than this cannot name a row, and would overflow the database's
+# integer type in the lookup, so such URLs do not resolve (404).
+ID_PATTERN = "[0-9]{1,18}"
+
+
+class RecordViewSet(viewsets.ModelViewSet):
+    """List, retrieve, create, update, delete and history of one kind of record."""
+
+    permission_classes = [RolePermission]
+    read_roles = frozenset(ROLES)
+    write_roles = frozenset({POLICY_ADMIN})
+    parser_classes = [StrictJSONParser, FormParser, MultiPartParser]
+    filter_backends = [DjangoFilterBackend, filters.StableOrderingFilter, SearchFilter]
+    pagination_class = filters.RecordPagination
+    lookup_value_regex = ID_PATTERN
+    search_fields: tuple[str, ...] = ("name",)
+    ordering_fields: tuple[str, ...] = ("id", "name")
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        # PostgreSQL text cannot hold NUL; refuse it here rather than as a database error.
+        for key, values in request.query_params.lists():
+            if "\x00" in key or any("\x00" in value for value in values):
+                raise exceptions.ValidationError(
+                    {key.replace("\x00", ""): ["Query parameters may not contain NUL."]}
+                )
+
+    def perform_destroy(self, instance: Model) -> None:
+        record_delete(record=instance)
+
+    @extend_schema(
+        summary="Audit history of one record",
+        description=(
+            "Who changed the record, when, and each field's value before and after; newest "
+            "first. Works for deleted records too."
+        ),
+        responses=HistoryEntrySerializer(many=True),
+        filters=False,
+    )
+    @action(detail=True, methods=["get"], serializer_class=HistoryEntrySerializer)
+    def history(self, request: Request, pk: str) -> Response:
+        model = self.get_queryset().model
+        rows: QuerySet[Any] = (
+            model.history.filter(**{model._meta.pk.attname: pk})  # type: ignore[attr-defined]
+            .select_related("history_user")
+            .order_by("-history_date", "-history_id")
+        )
+        page = self.paginate_queryset(rows)
+        if page is None:  # pragma: no cover - pagination is always configured
+            page = list(rows)
+        if not page:
+            if not rows.exists():
+                raise exceptions.NotFound(f"No history for {model._meta.verbose_name} {pk}.")
+            return self.get_paginated_response([])
+        # The row just before this page, so its last entry can say what changed.
+        start = getattr(self.paginator, "offset", 0) + len(page)
+        older = next(iter(rows[start : start + 1]), None)
+        data = HistoryEntrySerializer(history_entries(page, older), many=True).data
+        return self.get_paginated_response(data)
+
+
+class RevisionedRecordViewSet(RecordViewSet):
+    """Records updated under optimistic concurrency: ETag on reads, If-Match on writes.
+
+    The row's write lock is taken first, then the If-Match check and the write run in the
+    same transaction, so of two writers holding the same ETag exactly one wins.
+    """
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        instance = self.get_object()
+        etag = instance.etag
+        if_none_match = request.headers.get("If-None-Match")
+        if if_none_match is not None and etag_matches_weakly(if_none_match, etag):
+            return Response(status=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag})
+        return Response(self.get_serializer(instance).data, headers={"ETag": etag})
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        response = super().create(request, *args, **kwargs)
+        return _with_etag(response)
+
+    @extend_schema(parameters=[IF_MATCH_PARAMETER])
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        with transaction.atomic():
+            self._lock_and_check(request)
+            response = super().update(request, *args, **kwargs)
+        return _with_etag(response)
+
+    @extend_schema(parameters=[IF_MATCH_PARAMETER])
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        kwargs["partial"] = True
+        return self.update(request, *args, **kwargs)
+
+    @extend_schema(parameters=[IF_MATCH_PARAMETER])
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        with transaction.atomic():
+            self._lock_and_check(request)
+            return super().destroy(request, *args, **kwargs)
+
+    def _lock_and_check(self, request: Request) -> None:
+        lookup = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
+        lock_for_write(self.get_queryset().model, lookup)
+        require_if_match(request, self.get_object().etag)
+
+
+def _with_etag(response: Response) -> Response:
+    """Add the saved record's new ETag to a successful write's response."""
+    serializer = getattr(response.data, "serializer", None)
+    instance = getattr(serializer, "instance", None)
+    if response.status_code < 300 and instance is not None:
+        response["ETag"] = instance.etag
+    return response
+
+
+class GeographyViewSet(RecordViewSet):
+    queryset = Geography.objects.all()
+    serializer_class = serializers.GeographySerializer
+    search_fields = ("name", "description")
+
+
+class RegionViewSet(RecordViewSet):
+    queryset = Region.objects.all()
+    serializer_class = serializers.RegionSerializer
+    filterset_class = filters.RegionFilter
+    ordering_fields = ("id", "name", "geography__name", "price_multiplier")
+
+
+class ZoneViewSet(RecordViewSet):
+    queryset = Zone.objects.all()
+    serializer_class = serializers.ZoneSerializer
+    filterset_class = filters.ZoneFilter
+    ordering_fields = ("id", "name", "region__name", "state")
+
+
+class RegionLinkViewSet(RecordViewSet):
+    queryset = RegionLink.objects.all()
+    serializer_class = serializers.RegionLinkSerializer
+    filterset_class = filters.RegionLinkFilter
+    search_fields = ("region_a__name", "region_b__name")
+    ordering_fields = ("id", "region_a__name", "region_b__name", "rtt_ms")
+
+
+class AcceleratorTypeViewSet(RecordViewSet):
+    queryset = AcceleratorType.objects.all()
+    serializer_class = serializers.AcceleratorTypeSerializer
+    ordering_fields = (
+        "id",
+        "name",
+        "memory_gb",
+        "peak_bf16_tflops",
+        "memory_tbps",
+        "on_demand_price_per_gpu_hour",
+        "reserved_price_per_gpu_hour",
+    )
+
+
+class ZoneInventoryViewSet(RecordViewSet):
+    queryset = ZoneInventory.objects.all()
+    serializer_class = serializers.ZoneInventorySerializer
+    filterset_class = filters.ZoneInventoryFilter
+    search_fields = ("zone__name", "accelerator__name")
+    ordering_fields = ("id", "zone__name", "accelerator__name", "gpus_available")
+
+
+class LlmModelViewSet(RecordViewSet):
+    queryset = LlmModel.objects.all()
+    serializer_class = serializers.LlmModelSerializer
+    ordering_fields = ("id", "name", "parameters_billions")
+
+
+class ReplicaShapeViewSet(RecordViewSet):
+    # The derived KV figures read the model and accelerator of every shape.
+    queryset = ReplicaShape.objects.select_related("model", "accelerator")
+    serializer_class = serializers.ReplicaShapeSerializer
+    filterset_class = filters.ReplicaShapeFilter
+    search_fields = ("name", "model__name", "accelerator__name", "runtime_version")
+    ordering_fields = ("id", "name", "model__name", "accelerator__name", "gpus_per_replica")
+
+
+class WorkloadClassViewSet(RecordViewSet):
+    queryset = WorkloadClass.objects.all()
+    serializer_class = serializers.WorkloadClassSerializer
+    search_fields = ("name", "description")
+
+
+class CapacityFigureViewSet(RecordViewSet):
+    queryset = CapacityFigure.objects.all()
+    serializer_class = serializers.CapacityFigureSerializer
+    filterset_class = filters.CapacityFigureFilter
+    search_fields = ("shape__name", "workload_class__name")
+    ordering_fields = (
+        "id",
+        "shape__name",
+        "measured_at",
+        "prefill_tokens_per_s",
+        "decode_tokens_per_s",
+        "knee_requests_per_s",
+    )
+
+
+class TierViewSet(RevisionedRecordViewSet):
+    queryset = Tier.objects.all()
+    serializer_class = serializers.TierSerializer
+    filterset_class = filters.TierFilter
+    ordering_fields = ("id", "name", "priority", "p95_ttft_slo_s")
+
+
+class TenantViewSet(RevisionedRecordViewSet):
+    # Constant query count for a page of any size: the quota joins in, regions prefetch.
+    queryset = Tenant.objects.select_related("quota").prefetch_related("residency_regions")
+    serializer_class = serializers.TenantSerializer
+    filterset_class = filters.TenantFilter
+    search_fields = ("name", "display_name")
+    ordering_fields = ("id", "name", "tier__priority", "home_region__name", "fair_share_weight")
+
+
+class TenantQuotaViewSet(RevisionedRecordViewSet):
+    queryset = TenantQuota.objects.all()
+    serializer_class = serializers.TenantQuotaSerializer
+    filterset_class = filters.TenantQuotaFilter
+    search_fields = ("tenant__name",)
+    ordering_fields = ("id", "tenant__name", "budget_rate_replica_s_per_s")
+
+
+class WorkloadProfileViewSet(RecordViewSet):
+    queryset = WorkloadProfile.objects.all()
+    serializer_class = serializers.WorkloadProfileSerializer
+    filterset_class = filters.WorkloadProfileFilter
+    search_fields = ("tenant__name", "model__name", "workload_class__name")
+    ordering_fields = ("id", "tenant__name", "version", "created_at", "peak_requests_per_s")
