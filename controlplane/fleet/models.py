@@ -8,6 +8,7 @@ pool a shape leaves) come from ``planner.capacity.memory``, the one place those 
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 from django.conf import settings
@@ -27,7 +28,15 @@ slug_validator = RegexValidator(
 )
 
 
+def _finite(value: float) -> None:
+    """Refuse NaN and infinity: NaN compares false with every bound, so range checks alone
+    let it through (a YAML scenario can spell ``.nan`` and ``.inf``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValidationError("Must be a finite number.")
+
+
 def _positive(value: float) -> None:
+    _finite(value)
     if value is None or value <= 0:
         raise ValidationError("Must be greater than zero.")
 

@@ -17,6 +17,7 @@ from controlplane.fleet.models import (
     LlmModel,
     Region,
     WorkloadClass,
+    _finite,
     _fraction_open_closed,
     _positive,
     slug_validator,
@@ -30,6 +31,7 @@ def _fraction_closed(value: float) -> None:
 
 
 def _at_least_one(value: float) -> None:
+    _finite(value)
     if value is None or value < 1:
         raise ValidationError("Must be at least 1 (1.0 = no burst).")
 
@@ -289,7 +291,18 @@ class WorkloadProfile(models.Model):
             models.UniqueConstraint(
                 fields=["tenant", "model", "workload_class", "region", "version"],
                 name="unique_profile_version",
-            )
+            ),
+            # An empty region (the home region) is NULL, and SQL holds no two NULLs equal, so
+            # the constraint above never sees home-region duplicates; this partial one does.
+            models.UniqueConstraint(
+                fields=["tenant", "model", "workload_class", "version"],
+                condition=models.Q(region__isnull=True),
+                name="unique_profile_version_home_region",
+                violation_error_message=(
+                    "This tenant already has this version of the profile for this model and "
+                    "class from its home region."
+                ),
+            ),
         ]
 
     def __str__(self) -> str:
