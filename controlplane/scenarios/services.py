@@ -54,6 +54,7 @@ from controlplane.scenarios.schema import (
     scenario_parse,
     scenario_read,
 )
+from planner.capacity import workload
 
 PROBLEM_FORMAT = "placement-problem/v1"
 
@@ -647,10 +648,13 @@ def _num(value: float) -> int | float:
 def request_cost_s(demand: Mapping[str, Any], shape: Mapping[str, Any]) -> float:
     """Replica-seconds one request of ``demand`` costs on ``shape`` (placement-v1 ``c[d,s]``):
     prompt × (1 − prefix-cache hit rate) / prefill rate + output / decode rate."""
-    hit = float(demand.get("prefix_cache_hit_rate", 0.0))
-    return float(demand["prompt_tokens"]) * (1.0 - hit) / float(
-        shape["prefill_tokens_per_s"]
-    ) + float(demand["output_tokens"]) / float(shape["decode_tokens_per_s"])
+    return workload.request_cost(
+        prompt_tokens=float(demand["prompt_tokens"]),
+        output_tokens=float(demand["output_tokens"]),
+        prefill_rate=float(shape["prefill_tokens_per_s"]),
+        decode_rate=float(shape["decode_tokens_per_s"]),
+        prefix_cache_hit_rate=float(demand.get("prefix_cache_hit_rate", 0.0)),
+    )
 
 
 def problem_summary(problem: Mapping[str, Any]) -> str:
