@@ -12,7 +12,7 @@ from planner.errors import PlannerInputError
 from planner.placement import parse_problem
 from planner.placement.generator import generate_problem
 from planner.placement.greedy import greedy_plan
-from planner.placement.reference import reference_plan
+from planner.placement.reference import reference_cost_bound, reference_plan
 from planner.placement.verify import read_spec_problem, verify
 
 
@@ -193,6 +193,15 @@ def test_reference_and_greedy_plans_verify_and_greedy_never_beats_the_optimum(
     if greedy["unserved_requests_per_s"] == 0:
         assert all(u <= 1e-6 for u in plan.unserved_by_priority.values())
         assert plan.cost_per_hour <= greedy["cost_per_hour"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_reference_cost_bound_is_proven_and_below_every_plan(seed: int) -> None:
+    problem = _tiny(seed)
+    bound = reference_cost_bound(problem, time_limit_s=30.0)
+    assert bound.proven
+    assert bound.lower == pytest.approx(reference_plan(problem).cost_per_hour, rel=1e-9)
+    assert bound.lower <= greedy_plan(problem)["cost_per_hour"] * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("scarcity", [None, 0.5])
