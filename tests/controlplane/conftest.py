@@ -9,6 +9,12 @@ from rest_framework.test import APIClient
 from controlplane.api.permissions import FINANCE, POLICY_ADMIN, ROLES, VIEWER
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hasher(settings):  # type: ignore[no-untyped-def]
+    """Creating users with the production hasher costs seconds per test."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 def make_user(username: str, *roles: str, staff: bool = False) -> User:
     user = User.objects.create_user(username=username, password="pw-" + username, is_staff=staff)
     for role in roles:
