@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import seed_heapq_simulator as seeds
 from planner.capacity.simulation import (
-    HAVE_COMPILED_KERNELS,
     SUPPORT_MIX,
+    compiled_kernels_available,
     draw_requests,
     open_loop_arrivals,
     open_loop_latencies,
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         f"workload: seeds' 85/14/1 mix at {args.rate:g} req/s on {args.servers} replicas, "
         f"{args.n:,} requests, seed {args.seed}"
     )
-    engine = "compiled (numba)" if HAVE_COMPILED_KERNELS else "python (numba not installed)"
+    engine = "compiled (numba)" if compiled_kernels_available() else "python (numba not installed)"
     first_call, _ = timed(lambda: open_loop_latencies(requests, arrival, args.servers))
     print(f"engine: {engine}; first call (compile or load cached code): {first_call:.3f} s")
 

@@ -67,8 +67,9 @@ POLICIES: tuple[str, ...] = get_args(Policy)
 SERVICE_DISTRIBUTIONS: tuple[str, ...] = get_args(ServiceDistribution)
 ENGINES: tuple[str, ...] = get_args(Engine)
 
-#: Whether the compiled (numba) kernels are available in this process.
-HAVE_COMPILED_KERNELS: bool = _simkernel.HAVE_NUMBA
+#: Whether the compiled (numba) kernels can be used in this process (imports numba on the
+#: first call).
+compiled_kernels_available = _simkernel.compiled_kernels_available
 
 # Shares are fractions typed by people (0.85 + 0.14 + 0.01 is 1.0000000000000002 in floats);
 # a sum within this of 1 is accepted.
@@ -342,11 +343,11 @@ class SimulationResult:
 
 def _engine_is_compiled(engine: Engine) -> bool:
     if engine == "auto":
-        return _simkernel.HAVE_NUMBA
+        return _simkernel.compiled_kernels_available()
     if engine == "python":
         return False
     if engine == "compiled":
-        if not _simkernel.HAVE_NUMBA:
+        if not _simkernel.compiled_kernels_available():
             raise PlannerInputError("engine", "the compiled engine needs numba, not installed")
         return True
     raise PlannerInputError("engine", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
@@ -403,6 +404,11 @@ def open_loop_latencies(
     """
     reqs = _checked_requests(requests)
     arrival = _checked_arrivals(reqs, arrival_s)
+    if policy == "fifo":
+        # Only the latencies are wanted: the kernel writes them directly (no start/done arrays).
+        pool = _count("servers", servers)
+        compiled = _engine_is_compiled(engine)
+        return _simkernel.fifo_open_latency(arrival, reqs.service_s, pool, compiled)
     _, done = _open_loop_schedule(reqs, arrival, servers, policy, engine)
     return done - arrival
 

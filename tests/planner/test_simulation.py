@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks import seed_heapq_simulator as seeds
+from planner.capacity._simkernel import MERGE_MAX_SERVERS
 from planner.capacity.queueing import mmc_mean_response
 from planner.capacity.simulation import (
-    HAVE_COMPILED_KERNELS,
     SUPPORT_MIX,
     LatencyStats,
     Policy,
@@ -23,6 +23,7 @@ from planner.capacity.simulation import (
     ServiceClass,
     SimulationResult,
     checked_mix,
+    compiled_kernels_available,
     draw_requests,
     latency_quantile,
     open_loop_arrivals,
@@ -36,7 +37,7 @@ from planner.capacity.simulation import (
 )
 from planner.errors import PlannerInputError
 
-needs_numba = pytest.mark.skipif(not HAVE_COMPILED_KERNELS, reason="numba is not installed")
+needs_numba = pytest.mark.skipif(not compiled_kernels_available(), reason="numba is not installed")
 ENGINES = [
     "python",
     pytest.param("compiled", marks=needs_numba),
@@ -158,13 +159,21 @@ def test_compiled_and_python_engines_agree_exactly(
 
 
 @needs_numba
-def test_compiled_heap_kernel_for_large_pools_matches_python() -> None:
-    # Pools above the scan threshold use the heap kernel; both must give the same times.
+def test_compiled_heap_layout_for_large_pools_matches_python() -> None:
+    # Pools above MERGE_MAX_SERVERS keep a heap instead of a sorted array: same times.
+    servers = MERGE_MAX_SERVERS + 44
+    rate = 0.95 * servers / 0.992
     requests = draw_requests(SUPPORT_MIX, 30_000, seed=2)
-    arrival = open_loop_arrivals(90.0, 30_000, seed=2)
-    compiled = run_open_loop(requests, arrival, 100, engine="compiled")
-    python = run_open_loop(requests, arrival, 100, engine="python")
+    arrival = open_loop_arrivals(rate, 30_000, seed=2)
+    compiled = run_open_loop(requests, arrival, servers, engine="compiled")
+    python = run_open_loop(requests, arrival, servers, engine="python")
+    assert compiled.mean_wait_s > 0  # the pool is busy enough for the order to matter
     assert np.array_equal(compiled.done_s, python.done_s)
+    bare = open_loop_latencies(requests, arrival, servers, engine="compiled")
+    assert np.array_equal(bare, python.latency_s)
+    closed_c = run_closed_loop(requests, servers + 20, servers, engine="compiled")
+    closed_p = run_closed_loop(requests, servers + 20, servers, engine="python")
+    assert np.array_equal(closed_c.done_s, closed_p.done_s)
 
 
 @settings(max_examples=40, deadline=None)
@@ -402,7 +411,7 @@ def test_bad_input_raises_naming_the_argument(argument: str, call: Callable[[], 
     assert raised.value.argument == argument
 
 
-@pytest.mark.skipif(HAVE_COMPILED_KERNELS, reason="numba is installed")
+@pytest.mark.skipif(compiled_kernels_available(), reason="numba is installed")
 def test_compiled_engine_without_numba_is_refused() -> None:
     with pytest.raises(PlannerInputError) as raised:
         simulate_open_loop(SUPPORT_MIX, 8.0, 12, 10, engine="compiled")

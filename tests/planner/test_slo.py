@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.capacity.simulation import (
-    HAVE_COMPILED_KERNELS,
     SUPPORT_MIX,
     ServiceClass,
+    compiled_kernels_available,
     draw_requests,
     simulate_open_loop,
     unit_rate_arrivals,
@@ -96,7 +96,7 @@ def test_single_server_exponential_knee_matches_mm1() -> None:
     assert result.knee_rate == pytest.approx(1 - np.log(20) / 10, rel=0.05)
 
 
-@pytest.mark.skipif(not HAVE_COMPILED_KERNELS, reason="numba is not installed")
+@pytest.mark.skipif(not compiled_kernels_available(), reason="numba is not installed")
 def test_engines_give_the_same_search() -> None:
     compiled = small_search(2.5, engine="compiled")
     python = small_search(2.5, engine="python")
