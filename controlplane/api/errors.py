@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError, IntegrityError
@@ -26,6 +27,7 @@ from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
+from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
 # How many referencing records a "protected" message names before it summarises.
@@ -76,7 +78,12 @@ def _record_in_use(exc: ProtectedError | RestrictedError) -> RecordInUse:
 def _translate(exc: Exception) -> Exception:
     """Map Django and database exceptions to the API exception that names the client's error."""
     if isinstance(exc, DjangoValidationError):
-        return exceptions.ValidationError(as_serializer_error(exc))
+        detail = as_serializer_error(exc)
+        # Django files record-wide errors under "__all__"; DRF under "non_field_errors".
+        if NON_FIELD_ERRORS in detail:
+            key = api_settings.NON_FIELD_ERRORS_KEY
+            detail[key] = [*detail.get(key, []), *detail.pop(NON_FIELD_ERRORS)]
+        return exceptions.ValidationError(detail)
     if isinstance(exc, Http404):
         return exceptions.NotFound(*exc.args)
     if isinstance(exc, DjangoPermissionDenied):
