@@ -4,7 +4,12 @@ heapq simulator, both kernel engines, Little's law, Erlang C, determinism and va
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+import tempfile
+import textwrap
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -409,6 +414,40 @@ def test_bad_input_raises_naming_the_argument(argument: str, call: Callable[[], 
     with pytest.raises(PlannerInputError) as raised:
         call()
     assert raised.value.argument == argument
+
+
+def test_without_numba_the_python_kernels_run_and_agree() -> None:
+    # A fresh interpreter where importing numba fails, as on a machine without it.
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.modules["numba"] = None
+        import numpy as np
+        from planner.capacity.simulation import (
+            SUPPORT_MIX, compiled_kernels_available, simulate_open_loop,
+        )
+        from planner.errors import PlannerInputError
+        assert not compiled_kernels_available()
+        result = simulate_open_loop(SUPPORT_MIX, 10.5, 12, 5_000, seed=3)
+        np.save(sys.argv[1], result.done_s)
+        try:
+            simulate_open_loop(SUPPORT_MIX, 10.5, 12, 10, engine="compiled")
+        except PlannerInputError as err:
+            assert err.argument == "engine"
+        else:
+            raise AssertionError("the compiled engine ran without numba")
+        """
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        saved = Path(folder) / "done.npy"
+        subprocess.run(
+            [sys.executable, "-c", script, str(saved)],
+            check=True,
+            cwd=Path(__file__).resolve().parents[2],
+            timeout=120,
+        )
+        done = np.load(saved)
+    assert np.array_equal(done, simulate_open_loop(SUPPORT_MIX, 10.5, 12, 5_000, seed=3).done_s)
 
 
 @pytest.mark.skipif(compiled_kernels_available(), reason="numba is installed")
