@@ -24,8 +24,8 @@ Every point lies strictly inside the current bracket, so the search is a binary 
 rates; with a monotone predicate the returned knee is monotone in the target (a looser target
 never returns a lower knee) for the same seed and sample size. Under the per-class priority
 policies a request's wait is not monotone in the rate (an earlier arrival of a favoured class
-can overtake it), so the search still returns a rate that met the target but without that
-guarantee; in practice the overall quantile still rises with load.
+can overtake it): the search still returns a rate that met the target, but the quantile can
+dip slightly between nearby rates near the knee, and neither guarantee holds.
 
 The knee is the highest evaluated rate that met the target; ``derated_rate`` is knee × derate.
 ``derate`` defaults to 1.0 (no derating) because a knee measured at the SLO already contains
