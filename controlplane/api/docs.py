@@ -47,7 +47,7 @@ class SwaggerUIView(SpectacularSwaggerView):
 
     @extend_schema(exclude=True)
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        response: Response = super().get(request, *args, **kwargs)
+        response: Response = super().get(request, *args, **kwargs)  # type: ignore[no-untyped-call]
         ui_settings = spectacular_settings.SWAGGER_UI_SETTINGS
         if isinstance(ui_settings, dict):
             response.data["settings"] = json.dumps({**ui_settings, "validatorUrl": None})

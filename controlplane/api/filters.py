@@ -43,9 +43,11 @@ class StableOrderingFilter(OrderingFilter):
     could move between pages from one request to the next.
     """
 
-    def get_ordering(self, request: Request, queryset: QuerySet[Any], view: Any) -> list[str]:
-        ordering = super().get_ordering(request, queryset, view) or []
-        ordering = list(ordering or queryset.query.order_by or queryset.model._meta.ordering)
+    def get_ordering(self, request: Request, queryset: QuerySet[Any], view: Any) -> list[Any]:
+        requested = super().get_ordering(request, queryset, view)
+        ordering: list[Any] = list(
+            requested or queryset.query.order_by or queryset.model._meta.ordering
+        )
         if not {"pk", "-pk", "id", "-id"} & set(ordering):
             ordering.append("pk")
         return ordering

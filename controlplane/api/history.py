@@ -99,7 +99,7 @@ def history_entries(rows: Sequence[Model], older: Model | None) -> list[HistoryE
             HistoryEntry(
                 history_id=row.history_id,  # type: ignore[attr-defined]
                 date=row.history_date,  # type: ignore[attr-defined]
-                kind=CHANGE_KINDS.get(row.history_type, row.history_type),  # type: ignore[attr-defined]
+                kind=CHANGE_KINDS[row.history_type],  # type: ignore[attr-defined]
                 user_id=None if user is None else user.pk,
                 user=None if user is None else user.get_username(),
                 change_reason=row.history_change_reason,  # type: ignore[attr-defined]
@@ -110,13 +110,13 @@ def history_entries(rows: Sequence[Model], older: Model | None) -> list[HistoryE
     return entries
 
 
-class FieldChangeSerializer(serializers.Serializer):
+class FieldChangeSerializer(serializers.Serializer[Any]):
     field = serializers.CharField()
     before = serializers.JSONField(allow_null=True, help_text="Value before the change.")
     after = serializers.JSONField(allow_null=True, help_text="Value after the change.")
 
 
-class HistoryEntrySerializer(serializers.Serializer):
+class HistoryEntrySerializer(serializers.Serializer[Any]):
     history_id = serializers.IntegerField()
     date = serializers.DateTimeField(help_text="When the change was saved.")
     kind = serializers.ChoiceField(choices=sorted(CHANGE_KINDS.values()))

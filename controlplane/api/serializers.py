@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from django.db.models import Model
 from rest_framework import serializers
 
 from controlplane.api.services import record_save, tenant_save
@@ -77,11 +78,12 @@ class JSONDocumentField(serializers.JSONField):
             self._check(item, depth=depth + 1)
 
 
-class RecordSerializer(serializers.ModelSerializer):
+class RecordSerializer(serializers.ModelSerializer[Any]):
     """Writes through ``record_save`` so the model's ``full_clean()`` rules apply."""
 
     def create(self, validated_data: dict[str, Any]) -> Any:
-        return record_save(record=self.Meta.model(**validated_data))
+        model: type[Model] = self.Meta.model
+        return record_save(record=model(**validated_data))
 
     def update(self, instance: Any, validated_data: dict[str, Any]) -> Any:
         for name, value in validated_data.items():
@@ -265,7 +267,7 @@ class TenantQuotaSerializer(RevisionedSerializer):
         fields = TENANT_QUOTA_FIELDS
 
 
-class TenantQuotaSummarySerializer(serializers.ModelSerializer):
+class TenantQuotaSummarySerializer(serializers.ModelSerializer[TenantQuota]):
     """The quota as shown inside a tenant (read-only; edit it at its own endpoint)."""
 
     etag = serializers.CharField(read_only=True)

@@ -51,7 +51,7 @@ from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProf
 ID_PATTERN = "[0-9]{1,18}"
 
 
-class RecordViewSet(viewsets.ModelViewSet):
+class RecordViewSet(viewsets.ModelViewSet[Any]):
     """List, retrieve, create, update, delete and history of one kind of record."""
 
     permission_classes = [RolePermission]
@@ -89,7 +89,7 @@ class RecordViewSet(viewsets.ModelViewSet):
     def history(self, request: Request, pk: str) -> Response:
         model = self.get_queryset().model
         rows: QuerySet[Any] = (
-            model.history.filter(**{model._meta.pk.attname: pk})  # type: ignore[attr-defined]
+            model.history.filter(**{model._meta.pk.attname: pk})
             .select_related("history_user")
             .order_by("-history_date", "-history_id")
         )

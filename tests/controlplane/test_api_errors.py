@@ -1,0 +1,123 @@
+"""The error contract: every refusal is a 4xx in one shape that says what to fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import DataError, IntegrityError
+from rest_framework.test import APIRequestFactory
+
+from controlplane.api.errors import exception_handler
+from controlplane.policies.models import Tier
+from tests.controlplane.api_harness import APITest, error_fields
+
+
+def _handled(exc: Exception) -> Any:
+    request = APIRequestFactory().post("/api/tenants/")
+    response = exception_handler(exc, {"request": request, "view": None})
+    assert response is not None
+    return response
+
+
+def test_database_constraint_race_is_409_conflict() -> None:
+    response = _handled(IntegrityError("duplicate key value violates unique constraint"))
+    assert response.status_code == 409
+    assert response.data["error"]["code"] == "conflict"
+
+
+def test_value_the_database_refuses_is_400() -> None:
+    response = _handled(DataError("value out of range"))
+    assert response.status_code == 400
+    assert "non_field_errors" in response.data["error"]["fields"]
+
+
+class TestErrorContract(APITest):
+    def test_bodies_that_are_not_json_records(self, api_client_for: Any) -> None:
+        client = api_client_for("policy-admin")
+        plain = client.post("/api/geographies/", data=b"name=eu", content_type="text/plain")
+        assert plain.status_code == 415
+        assert plain.json()["error"]["code"] == "unsupported_media_type"
+        broken = client.post(
+            "/api/geographies/", data=b'{"name": ', content_type="application/json"
+        )
+        assert broken.status_code == 400
+        assert broken.json()["error"]["code"] == "parse_error"
+        overflow = client.post(
+            "/api/regions/", data=b'{"price_multiplier": 1e999}', content_type="application/json"
+        )
+        assert overflow.status_code == 400
+        assert "out of range" in overflow.json()["error"]["message"]
+        listing = client.post("/api/geographies/", [{"name": "eu"}], format="json")
+        assert listing.status_code == 400
+        assert "non_field_errors" in error_fields(listing)
+
+    def test_wrong_types_name_each_field(self, api_client_for: Any) -> None:
+        client = api_client_for("policy-admin")
+        response = client.post(
+            "/api/accelerators/",
+            {"name": 7.5, "memory_gb": "lots", "peak_bf16_tflops": None, "memory_tbps": [3]},
+            format="json",
+        )
+        assert response.status_code == 400
+        fields = error_fields(response)
+        assert {"memory_gb", "peak_bf16_tflops", "memory_tbps"} <= set(fields)
+        assert response.json()["error"]["message"].startswith("invalid value for ")
+
+    def test_figures_the_planner_cannot_use_are_400_not_500(self, api_client_for: Any) -> None:
+        client = api_client_for("policy-admin")
+        model, gpu = self.records.llm_model(), self.records.accelerator()
+        response = client.post(
+            "/api/shapes/",
+            {
+                "name": "absurd-reserve",
+                "model": model.pk,
+                "accelerator": gpu.pk,
+                "gpus_per_replica": 1,
+                "runtime_reserve_gb_per_gpu": 1e300,
+            },
+            format="json",
+        )
+        assert response.status_code == 400
+        assert "capacity planning" in error_fields(response)["non_field_errors"][0]
+
+    def test_protected_delete_of_a_tier_in_use_is_409(self, api_client_for: Any) -> None:
+        client = api_client_for("policy-admin")
+        tenant = self.records.tenant()
+        tier = tenant.tier
+        response = client.delete(f"/api/tiers/{tier.pk}/", HTTP_IF_MATCH=tier.etag)
+        assert response.status_code == 409
+        assert response.json()["error"]["referenced_by"] == {"tenants": [tenant.pk]}
+        assert Tier.objects.filter(pk=tier.pk).exists()
+
+    def test_if_match_star_overwrites_whatever_the_revision(self, api_client_for: Any) -> None:
+        client = api_client_for("policy-admin")
+        tier = self.records.tier()
+        tier.save()  # revision 2: an ETag read before this would be stale
+        response = client.patch(
+            f"/api/tiers/{tier.pk}/", {"priority": 9}, format="json", HTTP_IF_MATCH="*"
+        )
+        assert response.status_code == 200
+        tier.refresh_from_db()
+        assert (tier.priority, tier.revision) == (9, 3)
+
+    def test_new_tenant_with_regions_history_shows_creation_then_regions(
+        self, api_client_for: Any
+    ) -> None:
+        client = api_client_for("policy-admin")
+        home = self.records.region()
+        response = client.post(
+            "/api/tenants/",
+            {
+                "name": "globex",
+                "tier": self.records.tier().pk,
+                "home_region": home.pk,
+                "residency_regions": [home.pk],
+            },
+            format="json",
+        )
+        assert response.status_code == 201, response.json()
+        history = client.get(f"/api/tenants/{response.json()['id']}/history/").json()
+        assert [e["kind"] for e in history["results"]] == ["changed", "created"]
+        added = history["results"][0]["changes"]
+        assert added == [{"field": "residency_regions", "before": [], "after": [home.pk]}]
+        assert {e["user"] for e in history["results"]} == {"admin-user"}
