@@ -67,7 +67,8 @@ def _record_in_use(exc: ProtectedError | RestrictedError) -> RecordInUse:
             if len(records) > _NAMED_REFERENCES
             else ""
         )
-        parts.append(f"{len(records)} {kind} ({names}{more})")
+        noun = kind if len(records) > 1 else str(records[0]._meta.verbose_name)
+        parts.append(f"{len(records)} {noun} ({names}{more})")
     message = (
         f"Cannot delete: still referenced by {'; '.join(parts)}. "
         "Delete those records or point them elsewhere first."

@@ -1,6 +1,6 @@
 """API routes: one endpoint per record type, tokens, the OpenAPI schema and its docs page."""
 
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
@@ -26,6 +26,8 @@ router.register("workload-profiles", viewsets.WorkloadProfileViewSet, basename="
 
 urlpatterns = [
     path("auth/token/", AuthTokenView.as_view(), name="auth-token"),
+    # Session login and logout pages for the browsable API (any user, not only staff).
+    path("auth/", include("rest_framework.urls", namespace="rest_framework")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SwaggerUIView.as_view(url_name="schema"), name="api-docs"),
     path("docs/assets/<str:filename>", swagger_ui_asset, name="api-docs-asset"),

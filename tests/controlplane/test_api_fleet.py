@@ -365,7 +365,7 @@ class TestFleetQueries(APITest):
         assert response.status_code == 409
         error = response.json()["error"]
         assert error["code"] == "protected"
-        assert zone.name in error["message"] and tenant.name in error["message"]
+        assert f"1 tenant ({tenant.name}); 1 zone ({zone.name})" in error["message"]
         assert error["referenced_by"] == {"zones": [zone.pk], "tenants": [tenant.pk]}
         assert Region.objects.filter(pk=region.pk).exists()
 

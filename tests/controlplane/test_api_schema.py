@@ -67,6 +67,15 @@ class TestDocsPage(APITest):
         assert client.get("/api/docs/assets/settings.py").status_code == 404
         assert client.get("/api/docs/assets/..%2F..%2Fsettings.py").status_code == 404
 
+    def test_browsable_api_has_a_login_page_for_any_user(
+        self, client: Any, role_users: Any
+    ) -> None:
+        assert client.get("/api/auth/login/").status_code == 200
+        assert client.login(username="viewer-user", password="pw-viewer-user")
+        page = client.get("/api/zones/", HTTP_ACCEPT="text/html")
+        assert page.status_code == 200
+        assert b"Zone" in page.content
+
     def test_api_root_lists_the_endpoints_for_any_role(self, api_client_for: Any) -> None:
         body = api_client_for("viewer").get("/api/").json()
         assert set(RECORD_PATHS) <= set(body)
