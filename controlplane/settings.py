@@ -42,6 +42,8 @@ INSTALLED_APPS = [
     "controlplane.scenarios",
     "controlplane.api",
     "controlplane.plans",
+    "django_celery_beat",
+    "controlplane.telemetry",
 ]
 
 MIDDLEWARE = [
@@ -129,6 +131,7 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 
 LOGGING = {
     "version": 1,

@@ -5,5 +5,6 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/telemetry/", include("controlplane.telemetry.urls")),
     path("api/", include("controlplane.api.urls")),
 ]

@@ -10,14 +10,19 @@ from workers.fleetsim.fleet import (
     FleetSpec,
     PoolSpec,
     StreamSpec,
+    scaled_fleet,
     support_assistant_fleet,
 )
+from workers.fleetsim.scenario import ScenarioFleetError, fleet_from_scenario
 
 __all__ = [
     "ClassSpec",
     "FleetSimulator",
     "FleetSpec",
     "PoolSpec",
+    "ScenarioFleetError",
     "StreamSpec",
+    "fleet_from_scenario",
+    "scaled_fleet",
     "support_assistant_fleet",
 ]

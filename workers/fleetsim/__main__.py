@@ -7,7 +7,8 @@ import sys
 import time
 
 from workers.fleetsim.exposition import LabelNames
-from workers.fleetsim.fleet import FleetSimulator, support_assistant_fleet
+from workers.fleetsim.fleet import FleetSimulator, scaled_fleet, support_assistant_fleet
+from workers.fleetsim.scenario import ScenarioFleetError, fleet_from_scenario
 from workers.fleetsim.server import make_server
 
 
@@ -21,13 +22,37 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="start with the Friday-review prompt growth (+1,200 prompt tokens per request)",
     )
+    parser.add_argument(
+        "--scenario",
+        metavar="FILE",
+        help="build the streams and pools from a Headroom scenario file (YAML or JSON) "
+        "instead of the built-in support-assistant fleet",
+    )
+    parser.add_argument(
+        "--rate-scale",
+        type=float,
+        default=1.0,
+        metavar="K",
+        help="multiply every stream's request rate and every pool's replicas by K",
+    )
     parser.add_argument("--tenant-label", default="tenant")
     parser.add_argument("--model-label", default="model_name")
     parser.add_argument("--region-label", default="region")
     args = parser.parse_args(argv)
     if not 0 < args.port < 65536:
         parser.error("--port must be between 1 and 65535")
-    spec = support_assistant_fleet(extra_prompt_tokens=1200.0 if args.prompt_growth else 0.0)
+    if not args.rate_scale > 0:
+        parser.error("--rate-scale must be positive")
+    extra = 1200.0 if args.prompt_growth else 0.0
+    if args.scenario:
+        try:
+            spec = fleet_from_scenario(args.scenario, extra_prompt_tokens=extra)
+        except ScenarioFleetError as exc:
+            print(f"fleetsim: {exc}", file=sys.stderr)
+            return 2
+    else:
+        spec = support_assistant_fleet(extra_prompt_tokens=extra)
+    spec = scaled_fleet(spec, args.rate_scale)
     simulator = FleetSimulator(spec, seed=args.seed, start_time=time.time())
     labels = LabelNames(args.tenant_label, args.model_label, args.region_label)
     try:

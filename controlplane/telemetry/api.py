@@ -1,0 +1,323 @@
+"""Read endpoints for telemetry, and acknowledging drift alerts.
+
+Under ``/api/telemetry/``: ``pulls/``, ``derivations/``, ``observations/``, ``profiles/``
+(workload profiles measured from telemetry), ``series/`` (with ``{id}/samples/``) and
+``alerts/`` (with ``{id}/acknowledge/``). Any role reads; acknowledging needs
+``policy-admin``. Lists are paginated (``limit``/``offset``) and filter on the fields named in
+each view's ``filterset_fields``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils.dateparse import parse_datetime
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions, serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.filters import OrderingFilter
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.api.permissions import POLICY_ADMIN, ROLES, RolePermission
+from controlplane.policies.models import WorkloadProfile
+from controlplane.telemetry import services
+from controlplane.telemetry.models import (
+    DriftAlert,
+    ObservedWorkload,
+    ProfileDerivation,
+    TelemetryPull,
+    TelemetrySeries,
+)
+
+# -- serializers ----------------------------------------------------------------------------------
+
+
+class TelemetryPullSerializer(serializers.ModelSerializer):
+    duration_s = serializers.FloatField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = TelemetryPull
+        fields = [
+            "id",
+            "task_id",
+            "attempt",
+            "status",
+            "started_at",
+            "finished_at",
+            "duration_s",
+            "window_start",
+            "window_end",
+            "bucket_s",
+            "queries",
+            "series_fetched",
+            "samples_fetched",
+            "samples_stored",
+            "skipped_series",
+            "unknown_labels",
+            "error",
+        ]
+
+
+class ProfileDerivationSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ProfileDerivation
+        fields = [
+            "id",
+            "status",
+            "started_at",
+            "finished_at",
+            "window_start",
+            "window_end",
+            "profiles_created",
+            "profiles_unchanged",
+            "alerts_raised",
+            "alerts_updated",
+            "alerts_resolved",
+            "unknown_labels",
+            "skipped",
+            "error",
+        ]
+
+
+class ObservedWorkloadSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ObservedWorkload
+        fields = [
+            "id",
+            "derivation",
+            "tenant",
+            "model",
+            "region",
+            "workload_class",
+            "profile",
+            "requests",
+            "buckets",
+            "mean_requests_per_s",
+            "peak_requests_per_s",
+            "prompt_tokens_p50",
+            "prompt_tokens_mean",
+            "prompt_tokens_p95",
+            "prompt_tokens_p99",
+            "output_tokens_p50",
+            "output_tokens_mean",
+            "output_tokens_p95",
+            "output_tokens_p99",
+            "prefix_cache_hit_rate",
+            "ttft_p95_s",
+            "residence_s",
+            "kv_cache_usage_mean",
+            "running_mean",
+            "waiting_mean",
+            "preemptions_per_s",
+        ]
+
+
+class TelemetryProfileSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    workload_class = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    region = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = WorkloadProfile
+        fields = [
+            "id",
+            "tenant",
+            "model",
+            "workload_class",
+            "region",
+            "version",
+            "source",
+            "created_at",
+            "peak_requests_per_s",
+            "prompt_tokens_p50",
+            "prompt_tokens_mean",
+            "prompt_tokens_p95",
+            "prompt_tokens_p99",
+            "output_tokens_p50",
+            "output_tokens_mean",
+            "output_tokens_p95",
+            "output_tokens_p99",
+            "prefix_cache_hit_rate",
+            "residence_s",
+        ]
+
+
+class TelemetrySeriesSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = TelemetrySeries
+        fields = [
+            "id",
+            "tenant",
+            "model",
+            "region",
+            "workload_class",
+            "metric",
+            "le",
+            "bucket_s",
+            "first_seen_at",
+        ]
+
+
+class SampleSerializer(serializers.Serializer):
+    bucket_start = serializers.DateTimeField()
+    value = serializers.FloatField()
+
+
+class DriftAlertSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    region = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    workload_class = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    shape = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    acknowledged_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    replica_delta = serializers.IntegerField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = DriftAlert
+        fields = [
+            "id",
+            "tenant",
+            "model",
+            "region",
+            "workload_class",
+            "kind",
+            "status",
+            "message",
+            "baseline_value",
+            "current_value",
+            "threshold",
+            "baseline_profile",
+            "current_profile",
+            "shape",
+            "target_utilization",
+            "replicas_before",
+            "replicas_after",
+            "replica_delta",
+            "occurrences",
+            "first_seen_at",
+            "last_seen_at",
+            "acknowledged_at",
+            "acknowledged_by",
+            "resolved_at",
+        ]
+        read_only_fields = fields
+
+
+# -- views ----------------------------------------------------------------------------------------
+
+
+class TelemetryReadViewSet(viewsets.ReadOnlyModelViewSet):
+    """List and retrieve; any role reads."""
+
+    permission_classes = [RolePermission]
+    read_roles = frozenset(ROLES)
+    write_roles = frozenset({POLICY_ADMIN})
+    filter_backends = [DjangoFilterBackend, OrderingFilter]
+    lookup_value_regex = "[0-9]{1,18}"
+
+
+class TelemetryPullViewSet(TelemetryReadViewSet):
+    queryset = TelemetryPull.objects.all()
+    serializer_class = TelemetryPullSerializer
+    filterset_fields = ["status", "bucket_s", "task_id"]
+    ordering_fields = ["id", "started_at", "window_end"]
+
+
+class ProfileDerivationViewSet(TelemetryReadViewSet):
+    queryset = ProfileDerivation.objects.all()
+    serializer_class = ProfileDerivationSerializer
+    filterset_fields = ["status"]
+    ordering_fields = ["id", "started_at", "window_end"]
+
+
+class ObservedWorkloadViewSet(TelemetryReadViewSet):
+    queryset = ObservedWorkload.objects.all()
+    serializer_class = ObservedWorkloadSerializer
+    filterset_fields = ["derivation", "tenant", "model", "region", "workload_class"]
+    ordering_fields = ["id", "tenant", "peak_requests_per_s"]
+
+
+class TelemetryProfileViewSet(TelemetryReadViewSet):
+    """Workload profile versions measured from telemetry (every version, newest first)."""
+
+    queryset = (
+        WorkloadProfile.objects.filter(source=WorkloadProfile.Source.TELEMETRY)
+        .select_related("tenant", "model", "workload_class", "region")
+        .order_by("tenant__name", "model__name", "region__name", "-version")
+    )
+    serializer_class = TelemetryProfileSerializer
+    filterset_fields = {
+        "tenant__name": ["exact"],
+        "model__name": ["exact"],
+        "region__name": ["exact"],
+        "workload_class__name": ["exact"],
+    }
+    ordering_fields = ["id", "version", "created_at"]
+
+
+class TelemetrySeriesViewSet(TelemetryReadViewSet):
+    queryset = TelemetrySeries.objects.all()
+    serializer_class = TelemetrySeriesSerializer
+    filterset_fields = ["tenant", "model", "region", "workload_class", "metric", "le", "bucket_s"]
+    ordering_fields = ["id", "tenant", "metric"]
+
+    @extend_schema(
+        summary="Samples of one series",
+        description="Bucket start and value, oldest first; ``start`` and ``end`` (ISO 8601) "
+        "bound the bucket starts, [start, end).",
+        parameters=[
+            OpenApiParameter("start", str, description="First bucket start (inclusive)."),
+            OpenApiParameter("end", str, description="Last bucket start (exclusive)."),
+        ],
+        responses=SampleSerializer(many=True),
+        filters=False,
+    )
+    @action(detail=True, methods=["get"], serializer_class=SampleSerializer, filter_backends=[])
+    def samples(self, request: Request, pk: str) -> Response:
+        series = self.get_object()
+        rows: QuerySet[Any] = series.samples.order_by("bucket_start")
+        for name, lookup in (("start", "bucket_start__gte"), ("end", "bucket_start__lt")):
+            raw = request.query_params.get(name)
+            if raw is None:
+                continue
+            moment = parse_datetime(raw)
+            if moment is None or moment.tzinfo is None:
+                raise exceptions.ValidationError(
+                    {name: ["Give an ISO 8601 date-time with a time zone."]}
+                )
+            rows = rows.filter(**{lookup: moment})
+        page = self.paginate_queryset(rows.values("bucket_start", "value"))
+        data = SampleSerializer(page, many=True).data
+        return self.get_paginated_response(data)
+
+
+class DriftAlertViewSet(TelemetryReadViewSet):
+    queryset = DriftAlert.objects.select_related(
+        "tenant", "model", "region", "workload_class", "shape", "acknowledged_by"
+    )
+    serializer_class = DriftAlertSerializer
+    filterset_fields = {
+        "status": ["exact"],
+        "kind": ["exact"],
+        "tenant__name": ["exact"],
+        "model__name": ["exact"],
+        "region__name": ["exact"],
+    }
+    ordering_fields = ["id", "last_seen_at", "first_seen_at"]
+
+    @extend_schema(
+        summary="Acknowledge a drift alert",
+        description="Marks an open alert as seen (policy-admin). Acknowledging twice changes "
+        "nothing; a resolved alert answers 400.",
+        request=None,
+        responses=DriftAlertSerializer,
+    )
+    @action(detail=True, methods=["post"])
+    def acknowledge(self, request: Request, pk: str) -> Response:
+        alert = self.get_object()
+        alert = services.drift_alert_acknowledge(alert=alert, user=request.user)
+        return Response(self.get_serializer(alert).data)

@@ -1,0 +1,103 @@
+"""Quantiles of Prometheus histograms and of bucketed rates: plain Python, no Django.
+
+A Prometheus histogram is a set of cumulative bucket counts, one per upper bound ``le``, the
+last one ``+Inf`` (= all observations). ``histogram_quantile`` here follows Prometheus' own
+function of that name: find the bucket where the rank ``q × count`` falls and interpolate
+linearly inside it, from the previous bound (0 for the first bucket) to its own bound; a rank
+in the ``+Inf`` bucket answers the highest finite bound. Bucket counts summed from
+``increase()`` can dip slightly out of order through extrapolation, so they are made monotonic
+first (a running maximum), as Prometheus does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+
+class HistogramError(ValueError):
+    """Bucket data that has no quantile (no ``+Inf`` bucket, no observations, bad bounds)."""
+
+
+def parse_le(le: str) -> float:
+    """A bucket's upper bound from its ``le`` label (``"1000.0"``, ``"1e3"``, ``"+Inf"``)."""
+    try:
+        bound = float(le)
+    except ValueError as exc:
+        raise HistogramError(f"bucket bound {le!r} is not a number") from exc
+    if math.isnan(bound):
+        raise HistogramError("bucket bound is NaN")
+    return bound
+
+
+def cumulative_buckets(counts_by_le: Mapping[str, float]) -> list[tuple[float, float]]:
+    """(upper bound, cumulative count) sorted by bound, made monotonic; must end at ``+Inf``."""
+    buckets = sorted((parse_le(le), float(count)) for le, count in counts_by_le.items())
+    if not buckets or not math.isinf(buckets[-1][0]):
+        raise HistogramError("histogram has no +Inf bucket")
+    monotonic: list[tuple[float, float]] = []
+    running = 0.0
+    for bound, count in buckets:
+        if not math.isfinite(count) or count < 0:
+            raise HistogramError(f"bucket le={bound:g} has count {count!r}")
+        running = max(running, count)
+        monotonic.append((bound, running))
+    return monotonic
+
+
+def histogram_quantile(q: float, counts_by_le: Mapping[str, float]) -> float:
+    """The q-quantile (0 ≤ q ≤ 1) of a histogram given as cumulative counts by ``le`` label.
+
+    Units are those of the bucket bounds (tokens, seconds). Counts le=500: 10, 1000: 40,
+    2000: 80, 5000: 95, +Inf: 100 give p50 = 1000 + 1000 × (50 − 40) / 40 = 1,250, and p99
+    = 5,000 (the rank falls in +Inf: the highest finite bound).
+    """
+    if not 0.0 <= q <= 1.0:
+        raise HistogramError(f"quantile level must be in [0, 1], got {q!r}")
+    buckets = cumulative_buckets(counts_by_le)
+    if len(buckets) < 2:
+        raise HistogramError("histogram needs at least one finite bucket besides +Inf")
+    observations = buckets[-1][1]
+    if observations <= 0:
+        raise HistogramError("histogram has no observations")
+    rank = q * observations
+    index = next(i for i, (_, cumulative) in enumerate(buckets) if cumulative >= rank)
+    if index == len(buckets) - 1:
+        return buckets[-2][0]
+    upper, cumulative = buckets[index]
+    if index == 0:
+        if upper <= 0:
+            return upper
+        lower, below = 0.0, 0.0
+    else:
+        lower, below = buckets[index - 1]
+    in_bucket = cumulative - below
+    if in_bucket <= 0:
+        return upper
+    return lower + (upper - lower) * (rank - below) / in_bucket
+
+
+def sum_buckets(samples: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """Add up per-interval bucket increases by ``le`` (the histogram over a whole window)."""
+    totals: dict[str, float] = {}
+    for le, value in samples:
+        totals[le] = totals.get(le, 0.0) + value
+    return totals
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0 ≤ q ≤ 1) of values by linear interpolation between order statistics.
+
+    The same definition as numpy's default ("linear"): position q × (n − 1) in the sorted
+    values. Used for the peak request rate, the p99 of 5-minute bucket rates.
+    """
+    if not values:
+        raise HistogramError("no values")
+    if not 0.0 <= q <= 1.0:
+        raise HistogramError(f"quantile level must be in [0, 1], got {q!r}")
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    below = math.floor(position)
+    above = min(below + 1, len(ordered) - 1)
+    fraction = position - below
+    return ordered[below] + (ordered[above] - ordered[below]) * fraction

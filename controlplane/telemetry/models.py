@@ -1,0 +1,319 @@
+"""Telemetry: serving metrics pulled from Prometheus, the workload they show, and drift.
+
+- ``TelemetrySeries`` names one stored time series: the tenant, model, region (and class, when
+  a class label is configured) label values as Prometheus reported them, the metric, the
+  histogram bound ``le`` and the bucket width. Label values are kept as text, not foreign
+  keys, so that traffic for a tenant the database does not know is still stored and reported.
+- ``TelemetrySample`` is one bucket of one series, narrow and keyed by (series, bucket start):
+  storing the same bucket twice stores nothing the second time. A counter's value is its
+  increase over the bucket, a gauge's its mean over the bucket.
+- ``TelemetryPull`` reports every pull attempt; ``ProfileDerivation`` every derivation run, and
+  ``ObservedWorkload`` what it measured per (tenant, model, region, class).
+- ``DriftAlert`` is a capacity-relevant change with its replica impact; at most one alert per
+  series and kind is active (open or acknowledged) at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from simple_history.models import HistoricalRecords
+
+from controlplane.fleet.models import LlmModel, Region, ReplicaShape, WorkloadClass
+from controlplane.policies.models import Tenant, WorkloadProfile
+
+# The workload class telemetry profiles are filed under when no class label is configured.
+OBSERVED_CLASS = "observed"
+
+
+class TelemetrySeries(models.Model):
+    tenant = models.CharField(max_length=128)
+    model = models.CharField(max_length=128)
+    region = models.CharField(max_length=128)
+    workload_class = models.CharField(
+        max_length=128, blank=True, help_text="Empty when no class label is configured."
+    )
+    metric = models.CharField(max_length=128, help_text="Prometheus series name.")
+    le = models.CharField(
+        max_length=32, blank=True, help_text="Upper bound of a histogram bucket; else empty."
+    )
+    bucket_s = models.PositiveIntegerField(help_text="Width of each sample's bucket, seconds.")
+    first_seen_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        db_table = "telemetry_series"
+        verbose_name_plural = "telemetry series"
+        ordering = ["tenant", "model", "region", "workload_class", "metric", "le"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "model", "region", "workload_class", "metric", "le", "bucket_s"],
+                name="unique_telemetry_series",
+            )
+        ]
+        indexes = [models.Index(fields=["tenant", "model", "region"], name="telemetry_series_key")]
+
+    def __str__(self) -> str:
+        le = f",le={self.le}" if self.le else ""
+        cls = f"/{self.workload_class}" if self.workload_class else ""
+        return f"{self.metric}{{{self.tenant}/{self.model}/{self.region}{cls}{le}}}"
+
+
+class TelemetrySample(models.Model):
+    pk = models.CompositePrimaryKey("series_id", "bucket_start")
+    # The primary key's index leads with series_id: a second index on it would only slow
+    # inserts down.
+    series = models.ForeignKey(
+        TelemetrySeries, on_delete=models.CASCADE, related_name="samples", db_index=False
+    )
+    bucket_start = models.DateTimeField()
+    value = models.FloatField()
+
+    class Meta:
+        db_table = "telemetry_sample"
+        ordering = ["series_id", "bucket_start"]
+
+    def __str__(self) -> str:
+        return f"{self.series_id} @ {self.bucket_start:%Y-%m-%d %H:%M:%S}: {self.value:g}"
+
+
+class RunStatus(models.TextChoices):
+    RUNNING = "running", "running"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+
+
+class TelemetryPull(models.Model):
+    """One attempt to pull a window of telemetry from Prometheus."""
+
+    task_id = models.CharField(max_length=64, blank=True)
+    attempt = models.PositiveIntegerField(default=1, help_text="1 for the first try.")
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    window_start = models.DateTimeField()
+    window_end = models.DateTimeField()
+    bucket_s = models.PositiveIntegerField()
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING)
+    error = models.TextField(blank=True)
+    queries = models.PositiveIntegerField(default=0)
+    series_fetched = models.PositiveIntegerField(default=0)
+    samples_fetched = models.PositiveIntegerField(default=0)
+    samples_stored = models.PositiveIntegerField(
+        default=0, help_text="New samples; buckets stored before are not counted."
+    )
+    skipped_series = models.PositiveIntegerField(
+        default=0, help_text="Series without a tenant, model or region label."
+    )
+    unknown_labels = models.JSONField(
+        default=list, blank=True, help_text="Label values no tenant, model or region has."
+    )
+
+    class Meta:
+        ordering = ["-started_at", "-pk"]
+        indexes = [models.Index(fields=["status", "bucket_s", "-window_end"])]
+
+    def __str__(self) -> str:
+        return (
+            f"pull {self.window_start:%Y-%m-%d %H:%M}–{self.window_end:%H:%M} "
+            f"(attempt {self.attempt}): {self.status}"
+        )
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+    def summary(self) -> dict[str, Any]:
+        """The report as plain data (a task's result)."""
+        return {
+            "pull": self.pk,
+            "status": self.status,
+            "attempt": self.attempt,
+            "window_start": self.window_start.isoformat(),
+            "window_end": self.window_end.isoformat(),
+            "bucket_s": self.bucket_s,
+            "samples_fetched": self.samples_fetched,
+            "samples_stored": self.samples_stored,
+            "unknown_labels": list(self.unknown_labels),
+            "error": self.error,
+        }
+
+
+class ProfileDerivation(models.Model):
+    """One run deriving workload profiles from stored samples."""
+
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    window_start = models.DateTimeField()
+    window_end = models.DateTimeField()
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING)
+    error = models.TextField(blank=True)
+    profiles_created = models.PositiveIntegerField(default=0)
+    profiles_unchanged = models.PositiveIntegerField(default=0)
+    alerts_raised = models.PositiveIntegerField(default=0)
+    alerts_updated = models.PositiveIntegerField(default=0)
+    alerts_resolved = models.PositiveIntegerField(default=0)
+    unknown_labels = models.JSONField(
+        default=list, blank=True, help_text="Label values no tenant, model or region has."
+    )
+    skipped = models.JSONField(
+        default=list, blank=True, help_text="Series left without a profile, and why."
+    )
+
+    class Meta:
+        ordering = ["-started_at", "-pk"]
+
+    def __str__(self) -> str:
+        return (
+            f"derivation {self.window_start:%Y-%m-%d %H:%M}–{self.window_end:%H:%M}: {self.status}"
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """The report as plain data (a task's result)."""
+        return {
+            "derivation": self.pk,
+            "status": self.status,
+            "window_start": self.window_start.isoformat(),
+            "window_end": self.window_end.isoformat(),
+            "profiles_created": self.profiles_created,
+            "profiles_unchanged": self.profiles_unchanged,
+            "alerts_raised": self.alerts_raised,
+            "alerts_updated": self.alerts_updated,
+            "alerts_resolved": self.alerts_resolved,
+            "unknown_labels": list(self.unknown_labels),
+            "skipped": list(self.skipped),
+            "error": self.error,
+        }
+
+
+class ObservedWorkload(models.Model):
+    """What one derivation measured for one (tenant, model, region, class) label set.
+
+    Token lengths in tokens, rates in requests/s, times in seconds. ``profile`` is the workload
+    profile version that holds these figures (new or unchanged), empty for label values the
+    database does not know.
+    """
+
+    derivation = models.ForeignKey(
+        ProfileDerivation, on_delete=models.CASCADE, related_name="observations"
+    )
+    tenant = models.CharField(max_length=128)
+    model = models.CharField(max_length=128)
+    region = models.CharField(max_length=128)
+    workload_class = models.CharField(max_length=128)
+    profile = models.ForeignKey(
+        WorkloadProfile, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    requests = models.FloatField(help_text="Requests completed in the window.")
+    buckets = models.PositiveIntegerField(help_text="Buckets with a request count.")
+    mean_requests_per_s = models.FloatField()
+    peak_requests_per_s = models.FloatField(help_text="p99 of the bucket rates.")
+    prompt_tokens_p50 = models.FloatField()
+    prompt_tokens_mean = models.FloatField()
+    prompt_tokens_p95 = models.FloatField()
+    prompt_tokens_p99 = models.FloatField()
+    output_tokens_p50 = models.FloatField()
+    output_tokens_mean = models.FloatField()
+    output_tokens_p95 = models.FloatField()
+    output_tokens_p99 = models.FloatField()
+    prefix_cache_hit_rate = models.FloatField()
+    ttft_p95_s = models.FloatField(null=True, blank=True)
+    residence_s = models.FloatField(null=True, blank=True, help_text="Mean end-to-end latency.")
+    kv_cache_usage_mean = models.FloatField(null=True, blank=True)
+    running_mean = models.FloatField(null=True, blank=True)
+    waiting_mean = models.FloatField(null=True, blank=True)
+    preemptions_per_s = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-derivation_id", "tenant", "model", "region", "workload_class"]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.model}/{self.region}/{self.workload_class}"
+
+
+class DriftAlert(models.Model):
+    """A capacity-relevant change of one tenant's workload in one pool, and what it costs."""
+
+    class Kind(models.TextChoices):
+        PROMPT_MEAN = "prompt-mean", "mean prompt length"
+        OUTPUT_MEAN = "output-mean", "mean output length"
+        CACHE_HIT_RATE = "cache-hit-rate", "prefix-cache hit rate"
+        TOKEN_SHARE = "token-share", "share of the pool's tokens"
+
+    class Status(models.TextChoices):
+        OPEN = "open", "open"
+        ACKNOWLEDGED = "acknowledged", "acknowledged"
+        RESOLVED = "resolved", "resolved"
+
+    ACTIVE = (Status.OPEN, Status.ACKNOWLEDGED)
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="drift_alerts")
+    model = models.ForeignKey(LlmModel, on_delete=models.PROTECT, related_name="+")
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="+")
+    workload_class = models.ForeignKey(WorkloadClass, on_delete=models.PROTECT, related_name="+")
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    baseline_value = models.FloatField(help_text="Before: tokens, or a fraction for rates.")
+    current_value = models.FloatField(help_text="Now, in the same unit.")
+    threshold = models.FloatField(
+        help_text="The change that raises an alert: relative for lengths, absolute otherwise."
+    )
+    baseline_profile = models.ForeignKey(
+        WorkloadProfile, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    current_profile = models.ForeignKey(
+        WorkloadProfile, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    shape = models.ForeignKey(
+        ReplicaShape,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The shape the replica impact was sized on.",
+    )
+    target_utilization = models.FloatField(null=True, blank=True)
+    replicas_before = models.PositiveIntegerField(null=True, blank=True)
+    replicas_after = models.PositiveIntegerField(null=True, blank=True)
+    message = models.TextField()
+    occurrences = models.PositiveIntegerField(default=1)
+    first_seen_at = models.DateTimeField(default=timezone.now)
+    last_seen_at = models.DateTimeField(default=timezone.now)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["-last_seen_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "model", "region", "workload_class", "kind"],
+                condition=Q(status__in=["open", "acknowledged"]),
+                name="one_active_drift_alert",
+            )
+        ]
+        indexes = [models.Index(fields=["status", "-last_seen_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} of {self.tenant} in {self.region}: {self.status}"
+
+    @property
+    def replica_delta(self) -> int | None:
+        if self.replicas_before is None or self.replicas_after is None:
+            return None
+        return self.replicas_after - self.replicas_before
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE

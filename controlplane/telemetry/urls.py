@@ -1,0 +1,15 @@
+"""Telemetry endpoints, mounted at ``/api/telemetry/``."""
+
+from rest_framework.routers import SimpleRouter
+
+from controlplane.telemetry import api
+
+router = SimpleRouter()
+router.register("pulls", api.TelemetryPullViewSet, basename="telemetry-pull")
+router.register("derivations", api.ProfileDerivationViewSet, basename="telemetry-derivation")
+router.register("observations", api.ObservedWorkloadViewSet, basename="telemetry-observation")
+router.register("profiles", api.TelemetryProfileViewSet, basename="telemetry-profile")
+router.register("series", api.TelemetrySeriesViewSet, basename="telemetry-series")
+router.register("alerts", api.DriftAlertViewSet, basename="drift-alert")
+
+urlpatterns = router.urls

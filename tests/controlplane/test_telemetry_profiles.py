@@ -1,0 +1,198 @@
+"""Workload profiles derived from stored samples: hand-computed percentiles, versions written
+only on change, too little traffic and unknown label values reported rather than fatal."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from controlplane.fleet.models import WorkloadClass
+from controlplane.policies.models import WorkloadProfile
+from controlplane.telemetry import services
+from controlplane.telemetry.models import (
+    OBSERVED_CLASS,
+    ObservedWorkload,
+    ProfileDerivation,
+    RunStatus,
+)
+from tests.controlplane.telemetry_fakes import (
+    Fleet,
+    Traffic,
+    make_fleet,
+    steady,
+    store,
+    traffic_samples,
+)
+from workers.tasks import telemetry as tasks
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)
+W = 300
+
+# Per bucket: cumulative counts 10 ≤ 500, 40 ≤ 1,000, 80 ≤ 2,000, 94 ≤ 5,000, 99 ≤ 10,000, 100.
+PROMPT = {"500.0": 10, "1000.0": 40, "2000.0": 80, "5000.0": 94, "10000.0": 99, "+Inf": 100}
+# Outputs: 20 ≤ 50, 60 ≤ 100, 90 ≤ 200, 100 ≤ 500, 100 in all.
+OUTPUT = {"50.0": 20, "100.0": 60, "200.0": 90, "500.0": 100, "+Inf": 100}
+# TTFT: 50 ≤ 0.5 s, 90 ≤ 1 s, 100 ≤ 2.5 s.
+TTFT = {"0.5": 50, "1.0": 90, "2.5": 100, "+Inf": 100}
+
+
+@pytest.fixture
+def fleet(settings: Any) -> Fleet:
+    settings.HEADROOM_TELEMETRY_BUCKET_S = W
+    settings.HEADROOM_TELEMETRY_MIN_REQUESTS = 100
+    return make_fleet(("northwind", "eu-west"), ("contoso", "us-east"))
+
+
+def _known_buckets(requests: list[float]) -> list[Traffic]:
+    """Five buckets with the histograms above (100 observations each) and these request counts."""
+    return [
+        Traffic(
+            requests=n,
+            prompt_buckets=PROMPT,
+            prompt_sum=150_000.0,  # mean 1,500 tokens
+            output_buckets=OUTPUT,
+            output_sum=11_000.0,  # mean 110 tokens
+            prefix_queries=150_000.0,
+            prefix_hits=52_500.0,  # 35% of prompt tokens
+            ttft_buckets=TTFT,
+            e2e_sum=420.0,  # mean 4.2 s
+            kv_usage=0.2 + 0.1 * i,
+        )
+        for i, n in enumerate(requests)
+    ]
+
+
+def test_profile_from_known_histograms_matches_the_hand_computation(fleet: Fleet) -> None:
+    # Request counts per 300 s bucket: rates 1, 2, 3, 4, 8 req/s.
+    traffic = _known_buckets([300, 600, 900, 1200, 2400])
+    store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, traffic), W)
+    run = services.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert run.status == RunStatus.SUCCEEDED
+    assert (run.profiles_created, run.profiles_unchanged) == (1, 0)
+
+    profile = WorkloadProfile.objects.get()
+    assert profile.source == WorkloadProfile.Source.TELEMETRY
+    assert profile.version == 1
+    assert profile.workload_class.name == OBSERVED_CLASS
+    assert (profile.tenant.name, profile.model.name, profile.region) == (
+        "northwind",
+        "chat-70b",
+        fleet.eu,
+    )
+    # Rates 1, 2, 3, 4, 8: p99 at position 3.96 is 4 + 0.96 × 4.
+    assert profile.peak_requests_per_s == pytest.approx(7.84)
+    # Summed over five buckets: 50 ≤ 500, 200 ≤ 1,000, 400 ≤ 2,000, 470 ≤ 5,000, 495 ≤ 10,000.
+    # p50 rank 250 in (1000, 2000]: 1000 + 1000 × 50/200 = 1,250.
+    assert profile.prompt_tokens_p50 == pytest.approx(1250.0)
+    # p95 rank 475 in (5000, 10000]: 5000 + 5000 × 5/25 = 6,000.
+    assert profile.prompt_tokens_p95 == pytest.approx(6000.0)
+    # p99 rank 495 at the top of (5000, 10000]: 10,000.
+    assert profile.prompt_tokens_p99 == pytest.approx(10000.0)
+    assert profile.prompt_tokens_mean == pytest.approx(1500.0)
+    # Outputs: p50 rank 250 in (50, 100] (100 → 300): 50 + 50 × 150/200 = 87.5;
+    # p95 rank 475 in (200, 500] (450 → 500): 200 + 300 × 25/50 = 350; p99 rank 495: 200 + 300
+    # × 45/50 = 470.
+    assert profile.output_tokens_p50 == pytest.approx(87.5)
+    assert profile.output_tokens_p95 == pytest.approx(350.0)
+    assert profile.output_tokens_p99 == pytest.approx(470.0)
+    assert profile.output_tokens_mean == pytest.approx(110.0)
+    assert profile.prefix_cache_hit_rate == pytest.approx(0.35)
+    assert profile.residence_s == pytest.approx(4.2)
+
+    observed = ObservedWorkload.objects.get(derivation=run)
+    assert observed.profile == profile
+    assert observed.requests == 5400
+    assert observed.buckets == 5
+    assert observed.mean_requests_per_s == pytest.approx(5400 / 1500)
+    # TTFT summed: 250 ≤ 0.5, 450 ≤ 1, 500 ≤ 2.5; p95 rank 475 in (1, 2.5]: 1 + 1.5 × 25/50.
+    assert observed.ttft_p95_s == pytest.approx(1.75)
+    assert observed.kv_cache_usage_mean == pytest.approx(0.4)
+
+
+def test_the_task_derives_over_the_window_it_is_given(fleet: Fleet) -> None:
+    store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, _known_buckets([600] * 4)), W)
+    summary = tasks.derive_profiles.apply(
+        kwargs={"window_start": T0.isoformat(), "window_end": (T0 + timedelta(hours=1)).isoformat()}
+    ).get()
+    assert summary["status"] == "succeeded" and summary["profiles_created"] == 1
+    assert WorkloadProfile.objects.get().peak_requests_per_s == pytest.approx(2.0)
+
+
+def test_a_new_version_only_when_the_figures_moved(fleet: Fleet) -> None:
+    week = [steady(requests_per_s=2, bucket_s=W, prompt_mean=1500, output_mean=100)] * 4
+    store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, week), W)
+    end = T0 + timedelta(seconds=4 * W)
+    services.workload_profiles_derive(window_start=T0, window_end=end)
+    again = services.workload_profiles_derive(window_start=T0, window_end=end)
+    assert (again.profiles_created, again.profiles_unchanged) == (0, 1)
+    assert WorkloadProfile.objects.count() == 1
+    assert ObservedWorkload.objects.filter(derivation=again).get().profile is not None
+
+    # An hour later output lengths grew 10%: version 2, the first kept as it was.
+    later = T0 + timedelta(hours=1)
+    grown = [steady(requests_per_s=2, bucket_s=W, prompt_mean=1500, output_mean=110)] * 4
+    store(traffic_samples("northwind", "chat-70b", "eu-west", later, W, grown), W)
+    run = services.workload_profiles_derive(
+        window_start=later, window_end=later + timedelta(seconds=4 * W)
+    )
+    assert run.profiles_created == 1
+    versions = list(WorkloadProfile.objects.order_by("version"))
+    assert [v.version for v in versions] == [1, 2]
+    assert versions[0].output_tokens_mean == pytest.approx(100)
+    assert versions[1].output_tokens_mean == pytest.approx(110)
+    assert {v.source for v in versions} == {WorkloadProfile.Source.TELEMETRY}
+
+
+def test_unknown_tenants_models_and_regions_are_reported_not_fatal(fleet: Fleet) -> None:
+    busy = [steady(requests_per_s=2, bucket_s=W, prompt_mean=1500, output_mean=100)] * 2
+    store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, busy), W)
+    store(traffic_samples("ghost", "chat-70b", "eu-west", T0, W, busy), W)
+    store(traffic_samples("contoso", "mystery-8b", "ap-south", T0, W, busy), W)
+    run = services.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert run.status == RunStatus.SUCCEEDED
+    assert run.unknown_labels == ["model: mystery-8b", "region: ap-south", "tenant: ghost"]
+    assert run.profiles_created == 1
+    assert {s["series"] for s in run.skipped} == {
+        "ghost/chat-70b/eu-west/observed",
+        "contoso/mystery-8b/ap-south/observed",
+    }
+    # What was measured is kept for every label set, known or not.
+    assert ObservedWorkload.objects.filter(derivation=run).count() == 3
+    assert ObservedWorkload.objects.get(tenant="ghost").profile is None
+
+
+def test_too_little_traffic_makes_no_profile(fleet: Fleet) -> None:
+    quiet = [steady(requests_per_s=0.1, bucket_s=W, prompt_mean=1500, output_mean=100)] * 2
+    store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, quiet), W)
+    run = services.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert run.status == RunStatus.SUCCEEDED and run.profiles_created == 0
+    assert run.skipped == [
+        {
+            "series": "northwind/chat-70b/eu-west/observed",
+            "reason": "60 requests in the window, fewer than 100",
+        }
+    ]
+    assert not WorkloadProfile.objects.exists()
+
+
+def test_a_class_label_files_profiles_under_that_class(fleet: Fleet, settings: Any) -> None:
+    settings.HEADROOM_TELEMETRY_LABELS = {"class": "request_class"}
+    WorkloadClass.objects.create(name="policy-question")
+    busy = [steady(requests_per_s=2, bucket_s=W, prompt_mean=1300, output_mean=80)] * 2
+    store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, busy, "policy-question"), W)
+    store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, busy, "karaoke"), W)
+    run = services.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert WorkloadProfile.objects.get().workload_class.name == "policy-question"
+    assert run.unknown_labels == ["workload class: karaoke"]
+    assert not WorkloadClass.objects.filter(name=OBSERVED_CLASS).exists()
+
+
+def test_default_window_ends_at_the_last_pull(fleet: Fleet, settings: Any) -> None:
+    settings.HEADROOM_TELEMETRY_PROFILE_WINDOW_S = 1800
+    run = services.workload_profiles_derive(now=T0)
+    assert (run.window_start, run.window_end) == (T0 - timedelta(minutes=30), T0)
+    assert ProfileDerivation.objects.get().status == RunStatus.SUCCEEDED

@@ -1,0 +1,6 @@
+"""Celery tasks. Each module is imported here so that ``app.autodiscover_tasks`` (which imports
+``workers.tasks``) registers every task."""
+
+from workers.tasks import telemetry as telemetry
+
+__all__ = ["telemetry"]

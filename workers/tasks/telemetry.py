@@ -1,0 +1,66 @@
+"""Telemetry tasks: pull serving metrics from Prometheus, derive workload profiles.
+
+Thin by design: the work is in ``controlplane.telemetry.services``. Beat runs them on the
+schedule ``manage.py install_schedule`` creates (editable in the admin).
+
+A pull that meets Prometheus down, slow or answering garbage has already saved a failed
+``TelemetryPull`` report and stored nothing; the task is then retried with exponential backoff
+(about 30 s, 60 s, 120 s … capped at 15 minutes, with jitter), five times. A refused query
+(``PrometheusQueryError``) is a configuration error and is not retried.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.utils.dateparse import parse_datetime
+
+from controlplane.telemetry import services
+from controlplane.telemetry.prometheus import PrometheusBadResponse, PrometheusUnavailable
+from workers.celery import app
+
+PULL_MAX_RETRIES = 5
+
+
+def _moment(value: str | None, name: str) -> datetime | None:
+    if value is None:
+        return None
+    parsed = parse_datetime(value)
+    if parsed is None or parsed.tzinfo is None:
+        raise ValueError(f"{name} must be an ISO 8601 date-time with a time zone, got {value!r}")
+    return parsed
+
+
+@app.task(
+    bind=True,
+    name="headroom.telemetry.pull",
+    autoretry_for=(PrometheusUnavailable, PrometheusBadResponse),
+    retry_backoff=30,
+    retry_backoff_max=900,
+    retry_jitter=True,
+    max_retries=PULL_MAX_RETRIES,
+)
+def pull(
+    self: Any, window_start: str | None = None, window_end: str | None = None
+) -> dict[str, Any]:
+    """Pull a window (ISO 8601 bounds; by default the buckets since the last pull)."""
+    report = services.telemetry_pull(
+        window_start=_moment(window_start, "window_start"),
+        window_end=_moment(window_end, "window_end"),
+        attempt=int(self.request.retries) + 1,
+        task_id=str(self.request.id or ""),
+    )
+    return report.summary()
+
+
+@app.task(name="headroom.telemetry.derive_profiles")
+def derive_profiles(
+    window_start: str | None = None, window_end: str | None = None
+) -> dict[str, Any]:
+    """Derive workload profiles and drift alerts (by default over the profile window)."""
+    run = services.workload_profiles_derive(
+        window_start=_moment(window_start, "window_start"),
+        window_end=_moment(window_end, "window_end"),
+    )
+    return run.summary()
