@@ -121,6 +121,15 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Policy, fleet, plans and forecasts of the Headroom control plane.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Choice sets that share a field name get explicit names; otherwise drf-spectacular warns
+    # and invents hashed ones (the schema check runs with --fail-on-warn).
+    "ENUM_NAME_OVERRIDES": {
+        "CapacityFigureSourceEnum": "controlplane.fleet.models.CapacityFigure.Source",
+        "WorkloadProfileSourceEnum": "controlplane.policies.models.WorkloadProfile.Source",
+        "RunStatusEnum": "controlplane.telemetry.models.RunStatus",
+        "DriftAlertStatusEnum": "controlplane.telemetry.models.DriftAlert.Status",
+        "HistoryEntryKindEnum": "controlplane.api.history.CHANGE_KIND_CHOICES",
+    },
 }
 
 # Celery: without a broker, tasks run in-process (embedded default).

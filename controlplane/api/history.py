@@ -19,6 +19,7 @@ from rest_framework import serializers
 from simple_history import utils as history_utils
 
 CHANGE_KINDS = {"+": "created", "~": "changed", "-": "deleted"}
+CHANGE_KIND_CHOICES = [(kind, kind) for kind in sorted(CHANGE_KINDS.values())]
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class FieldChangeSerializer(serializers.Serializer[Any]):
 class HistoryEntrySerializer(serializers.Serializer[Any]):
     history_id = serializers.IntegerField()
     date = serializers.DateTimeField(help_text="When the change was saved.")
-    kind = serializers.ChoiceField(choices=sorted(CHANGE_KINDS.values()))
+    kind = serializers.ChoiceField(choices=CHANGE_KIND_CHOICES)
     user_id = serializers.IntegerField(allow_null=True)
     user = serializers.CharField(allow_null=True, help_text="Username of the acting user.")
     change_reason = serializers.CharField(allow_null=True)
