@@ -64,6 +64,10 @@ class Plan(models.Model):
     approved_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    rejected_at = models.DateTimeField(null=True, blank=True)
+    rejected_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["-version"]
@@ -141,6 +145,9 @@ class ReplanRun(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(
+        default=0, help_text="Times a worker started this run; above 1 after a redelivery."
+    )
     error = models.TextField(blank=True)
 
     class Meta:

@@ -30,6 +30,12 @@ def _fraction_closed(value: float) -> None:
         raise ValidationError("Must be between 0 and 1.")
 
 
+def _quantile_open(value: float) -> None:
+    """A forecast quantile: in (0, 1), both ends excluded (0 and 1 are no band's edge)."""
+    if value is None or not (0 < value < 1):
+        raise ValidationError("Must be greater than 0 and less than 1.")
+
+
 def _at_least_one(value: float) -> None:
     _finite(value)
     if value is None or value < 1:
@@ -70,6 +76,14 @@ class Tier(Revisioned):
     )
     target_utilization = models.FloatField(default=0.7, validators=[_fraction_open_closed])
     burst_factor = models.FloatField(default=1.0, validators=[_at_least_one])
+    forecast_quantile = models.FloatField(
+        default=0.9,
+        validators=[_quantile_open],
+        help_text=(
+            "Quantile of the demand forecast's band that re-planning sizes this tier for, in "
+            "(0, 1); premium tiers higher (0.99), best-effort ones lower."
+        ),
+    )
     history = HistoricalRecords()
 
     class Meta:

@@ -1,0 +1,268 @@
+"""From forecast to demand: the request rates a re-plan sizes for.
+
+The placement problem's demands come from the workload profiles (``problem_export``). This step
+replaces each demand's ``requests_per_s`` by the forecast where there is history, and builds
+the two extra problems at the band's low and high edges that each plan prices.
+
+- **History.** Request rates per (tenant, model, region) come from telemetry through
+  :func:`rate_history`. A group of demands of one tenant and model from one origin region (its
+  workload classes) is fitted as one series with ``planner.forecast.fit_demand``; the group's
+  class mix stays as the profiles declare it, and each demand is scaled by
+  forecast peak / declared total.
+- **No history, or too little** (fewer hours than the forecast needs): the declared workload
+  profile stands, unchanged: the demand is exactly what ``problem_export`` wrote.
+- **Quantile per tier.** A group is sized for the peak, over the horizon, of its tier's
+  ``forecast_quantile`` of the band (``Forecast.peak``: the p99 hour of each week of that
+  quantile); the band's low and high edges (settings) give the two pricing problems.
+- **Telemetry profiles stand for the whole pool.** Where a tenant has a telemetry-derived
+  profile for a model and origin region, that profile measures all its traffic there, so the
+  declared (per-class) profiles of the same group are left out; counting both would plan the
+  traffic twice.
+- **Stable inputs.** The forecast starts at the start of the current UTC day and the history
+  ends there, so re-plans within a day see the same forecast and, with nothing else changed,
+  the same inputs hash (no new plan version).
+
+Rates are requests/s; a demand sized from history carries a ``forecast`` field (extra fields
+are allowed by ``placement-v1``) saying how: source, quantile, declared rate, band edges,
+hours of history.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from controlplane.plans.conf import ReplanSettings
+from controlplane.policies.models import Tier, WorkloadProfile
+from planner.errors import PlannerInputError
+from planner.forecast import HOURS_PER_WEEK, DemandModel, fit_demand
+
+# (tenant, model, region) → (timestamps in UTC epoch seconds, requests/s at each).
+RateHistory = Mapping[tuple[str, str, str], tuple[Sequence[float], Sequence[float]]]
+
+SOURCE_DECLARED = "declared"
+SOURCE_TELEMETRY = "telemetry"
+# Significant digits kept of a forecast rate: the problem document stays readable and its hash
+# does not depend on the last bits of a float.
+RATE_DIGITS = 6
+# The quantile of a demand whose tier the database no longer has (the tier field's default).
+DEFAULT_QUANTILE = 0.9
+
+
+def rate_history(*, start: datetime, end: datetime) -> RateHistory | None:
+    """Request-rate history in [start, end) per (tenant, model, region), from telemetry.
+
+    The seam to the telemetry app: its selector
+    ``controlplane.telemetry.selectors.request_rate_history(*, start, end)`` returns the mapping
+    described by :data:`RateHistory`. None when the telemetry app offers no such selector:
+    the declared profiles then stand for every demand.
+    """
+    try:
+        from controlplane.telemetry import selectors
+    except ImportError:
+        return None
+    read = getattr(selectors, "request_rate_history", None)
+    if read is None:
+        return None
+    history: RateHistory = read(start=start, end=end)
+    return history
+
+
+def forecast_anchor(now: datetime) -> datetime:
+    """Where the history ends and the forecast starts: the start of ``now``'s UTC day."""
+    return now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+@dataclass(frozen=True)
+class DemandForecast:
+    """The demands sized for re-planning, and what the band's edges would need.
+
+    ``problem`` has each tier's quantile; ``low`` and ``high`` the same problem at the band's
+    edges (None where no demand has history: the edges are then the planned problem itself).
+    ``quantiles`` maps tier name to the quantile it is sized for; ``sources`` counts demands by
+    where their rate came from; ``notes`` are sentences for the plan's explanation.
+    """
+
+    problem: dict[str, Any]
+    low: dict[str, Any] | None
+    high: dict[str, Any] | None
+    anchor: datetime
+    horizon_hours: int
+    band_low: float
+    band_high: float
+    quantiles: dict[str, float]
+    sources: dict[str, int]
+    notes: list[str] = field(default_factory=list)
+
+    def band_summary(self) -> dict[str, Any]:
+        """The plan's ``forecast_band`` document, before the edges' costs are added."""
+        return {
+            "anchor": self.anchor.isoformat(),
+            "horizon_hours": self.horizon_hours,
+            "quantiles": dict(sorted(self.quantiles.items())),
+            "sources": dict(sorted(self.sources.items())),
+            "low": {"quantile": self.band_low},
+            "high": {"quantile": self.band_high},
+        }
+
+
+def _rounded(value: float) -> float:
+    return float(f"{value:.{RATE_DIGITS}g}")
+
+
+def _profile_sources() -> dict[str, str]:
+    """Source (declared or telemetry) of each current profile, by the demand id the export
+    gives it (``tenant/model/class``, ``@region`` when the profile names its origin)."""
+    current: dict[tuple[int, int, int, int | None], WorkloadProfile] = {}
+    profiles = WorkloadProfile.objects.select_related(
+        "tenant", "model", "workload_class", "region"
+    ).order_by("tenant_id", "model_id", "workload_class_id", "region_id", "-version")
+    for profile in profiles:
+        key = (profile.tenant_id, profile.model_id, profile.workload_class_id, profile.region_id)
+        current.setdefault(key, profile)
+    out = {}
+    for profile in current.values():
+        demand_id = f"{profile.tenant.name}/{profile.model.name}/{profile.workload_class.name}"
+        if profile.region is not None:
+            demand_id += f"@{profile.region.name}"
+        out[demand_id] = profile.source
+    return out
+
+
+def _peak(model: DemandModel, start: float, hours: int, q: float) -> float:
+    """Peak over the horizon of the band at quantile q (requests/s)."""
+    forecast = model.forecast(start, hours)
+    return float(forecast.peak(q, window=min(HOURS_PER_WEEK, hours)).max())
+
+
+def demand_forecast(
+    *,
+    problem: Mapping[str, Any],
+    now: datetime,
+    settings: ReplanSettings,
+    history: RateHistory | None,
+) -> DemandForecast:
+    """Size ``problem``'s demands from the forecast (see the module docstring).
+
+    ``problem`` is not changed; the returned problems are copies. ``history`` is what
+    :func:`rate_history` returned for the window ending at :func:`forecast_anchor` (None or
+    empty: the declared profiles stand).
+    """
+    anchor = forecast_anchor(now)
+    planned = copy.deepcopy(dict(problem))
+    quantiles = {tier.name: tier.forecast_quantile for tier in Tier.objects.all()}
+    notes: list[str] = []
+
+    demands: list[dict[str, Any]] = list(planned.get("demands", []))
+    sources = _profile_sources()
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for demand in demands:
+        groups[(demand["tenant"], demand["model"], demand["home_region"])].append(demand)
+    dropped: list[str] = []
+    for key, members in groups.items():
+        if any(sources.get(d["id"]) == SOURCE_TELEMETRY for d in members):
+            kept = [d for d in members if sources.get(d["id"]) == SOURCE_TELEMETRY]
+            dropped += [d["id"] for d in members if d not in kept]
+            groups[key] = kept
+    if dropped:
+        notes.append(
+            f"{len(dropped)} declared demands left out where telemetry profiles measure the "
+            f"same tenant, model and region: {', '.join(sorted(dropped))}"
+        )
+        dropped_ids = set(dropped)
+        demands = [d for d in demands if d["id"] not in dropped_ids]
+        planned["demands"] = demands
+
+    low_rates: dict[str, float] = {}
+    high_rates: dict[str, float] = {}
+    counts = {SOURCE_DECLARED: 0, SOURCE_TELEMETRY: 0}
+    start = anchor.timestamp()
+    for key, members in sorted(groups.items()):
+        series = history.get(key) if history else None
+        if series is None or not members:
+            counts[SOURCE_DECLARED] += len(members)
+            continue
+        declared_total = sum(float(d["requests_per_s"]) for d in members)
+        q = quantiles.get(str(members[0].get("tier", "")), DEFAULT_QUANTILE)
+        try:
+            model = fit_demand(series[0], series[1], declared_rate=declared_total)
+            peaks = {
+                level: _peak(model, start, settings.horizon_hours, level)
+                for level in (q, settings.band_low, settings.band_high)
+            }
+        except PlannerInputError as exc:
+            notes.append(f"{'/'.join(key)}: history refused by the forecast ({exc}); declared")
+            counts[SOURCE_DECLARED] += len(members)
+            continue
+        if not model.sufficient_history:
+            counts[SOURCE_DECLARED] += len(members)
+            continue
+        counts[SOURCE_TELEMETRY] += len(members)
+        for demand in members:
+            declared = float(demand["requests_per_s"])
+            # The profiles' class mix splits the forecast; with no declared rate at all the
+            # group's demands share it equally.
+            share = declared / declared_total if declared_total > 0 else 1.0 / len(members)
+            rate = {level: _rounded(peak * share) for level, peak in peaks.items()}
+            demand["requests_per_s"] = rate[q]
+            low_rates[demand["id"]] = rate[settings.band_low]
+            high_rates[demand["id"]] = rate[settings.band_high]
+            demand["forecast"] = {
+                "source": SOURCE_TELEMETRY,
+                "quantile": q,
+                "declared_requests_per_s": declared,
+                "low_requests_per_s": rate[settings.band_low],
+                "high_requests_per_s": rate[settings.band_high],
+                "history_hours": model.history_hours,
+                "weekly_growth": round(model.weekly_growth, 6),
+            }
+    if history:
+        planned_keys = set(groups)
+        unplanned = sorted("/".join(k) for k in history if k not in planned_keys)
+        if unplanned:
+            notes.append(
+                f"telemetry without a workload profile (no token shape to plan with): "
+                f"{', '.join(unplanned)}"
+            )
+
+    low = high = None
+    if low_rates:
+        low, high = _at_rates(planned, low_rates), _at_rates(planned, high_rates)
+    return DemandForecast(
+        problem=planned,
+        low=low,
+        high=high,
+        anchor=anchor,
+        horizon_hours=settings.horizon_hours,
+        band_low=settings.band_low,
+        band_high=settings.band_high,
+        quantiles=quantiles,
+        sources=counts,
+        notes=notes,
+    )
+
+
+def history_window(*, now: datetime, settings: ReplanSettings) -> tuple[datetime, datetime]:
+    """[start, end) of the rate history a re-plan at ``now`` fits its forecast to."""
+    end = forecast_anchor(now)
+    return end - timedelta(days=settings.history_days), end
+
+
+def _at_rates(problem: Mapping[str, Any], rates: Mapping[str, float]) -> dict[str, Any]:
+    """A copy of ``problem`` with the demands in ``rates`` at those requests/s."""
+    out = copy.deepcopy(dict(problem))
+    for demand in out.get("demands", []):
+        if demand["id"] in rates:
+            demand["requests_per_s"] = rates[demand["id"]]
+    return out
+
+
+def planned_requests_per_s(problem: Mapping[str, Any]) -> float:
+    """Σ requests_per_s × burst over the problem's demands (requests/s)."""
+    return sum(
+        float(d["requests_per_s"]) * float(d.get("burst", 1.0)) for d in problem.get("demands", [])
+    )

@@ -1,0 +1,116 @@
+"""What an operator reads about a plan: a headline, each region's replicas, what is left
+unserved, what binds, which figures are stale, how demand was sized, and why the plan was or
+was not activated. Built once when the plan is stored and kept with it."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from controlplane.plans.demand import DemandForecast
+from controlplane.plans.diff import diff_lines
+
+logger = logging.getLogger(__name__)
+
+
+def stale_sentences(stale: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One sentence per stale capacity figure, for ``binding`` and the explanation."""
+    return [
+        f"Stale capacity figure: {row['shape']} was last measured {row['measured_at'][:10]} "
+        f"({row['age_days']:g} days ago, limit {row['max_age_days']} days); the replica counts "
+        f"of this shape rest on it. Re-measure the shape before trusting them."
+        for row in stale
+    ]
+
+
+def _region_lines(problem: Mapping[str, Any], solution: Mapping[str, Any]) -> list[dict[str, Any]]:
+    zone_region = {z: r["name"] for r in problem.get("regions", []) for z in r.get("zones", [])}
+    shapes = {s["name"]: s for s in problem.get("shapes", [])}
+    rows: dict[str, list[str]] = defaultdict(list)
+    gpus: dict[str, int] = defaultdict(int)
+    for row in solution.get("replicas", []):
+        region = zone_region.get(row["zone"], "?")
+        shape = shapes.get(row["shape"], {})
+        count = int(row["replicas"]) * int(shape.get("gpus", 0))
+        gpus[region] += count
+        rows[region].append(
+            f"{row['zone']}: {row['replicas']} × {row['shape']} "
+            f"({count} {shape.get('accelerator', '?')})"
+        )
+    return [
+        {"region": region, "gpus": gpus[region], "allocations": lines}
+        for region, lines in sorted(rows.items())
+    ]
+
+
+def _planner_explanation(problem: Mapping[str, Any], solution: Mapping[str, Any]) -> Any:
+    """``planner.placement.explain(problem, solution)`` where the planner provides it."""
+    from planner import placement
+
+    explain = getattr(placement, "explain", None)
+    if explain is None:
+        return None
+    try:
+        return explain(problem, solution)
+    except TypeError:
+        logger.warning("planner.placement.explain does not take (problem, solution); skipped")
+        return None
+
+
+def plan_explanation(
+    *,
+    version: int,
+    problem: Mapping[str, Any],
+    solution: Mapping[str, Any],
+    planned_requests_per_s: float,
+    diff: Mapping[str, Any],
+    stale: Sequence[Mapping[str, Any]],
+    forecast: DemandForecast,
+    warnings: Sequence[str],
+    decision: str,
+) -> dict[str, Any]:
+    """The explanation document of plan ``version`` (JSON-serialisable)."""
+    if solution.get("status") == "invalid":
+        headline = f"Plan v{version}: the problem was invalid: {solution.get('message', '?')}"
+    else:
+        gpus = sum(r["gpus"] for r in _region_lines(problem, solution))
+        unserved = float(solution.get("unserved_requests_per_s", 0.0))
+        served = (
+            f"all {planned_requests_per_s:.2f} req/s planned served"
+            if unserved <= 0
+            else f"{unserved:.2f} of {planned_requests_per_s:.2f} req/s planned left unserved"
+        )
+        headline = (
+            f"Plan v{version}: {len(solution.get('replicas', []))} allocations, {gpus} GPUs, "
+            f"{float(solution.get('cost_per_hour', 0.0)):.2f} $/h; {served}."
+        )
+    sources = forecast.sources
+    if sources.get("telemetry"):
+        sizing = (
+            f"{sources['telemetry']} demands sized from the request-rate forecast (peak of the "
+            f"tier's quantile over {forecast.horizon_hours} h from {forecast.anchor:%Y-%m-%d}), "
+            f"{sources.get('declared', 0)} from declared workload profiles."
+        )
+    else:
+        sizing = "Every demand is sized from its declared workload profile (no rate history)."
+    out: dict[str, Any] = {
+        "headline": headline,
+        "decision": decision,
+        "regions": _region_lines(problem, solution),
+        "unserved": [
+            f"{row['demand']} (tenant {row.get('tenant', '?')}, priority "
+            f"{row.get('priority', 0)}): {float(row['requests_per_s']):.3g} req/s"
+            for row in solution.get("unserved", [])
+        ],
+        "binding": list(solution.get("binding", [])),
+        "stale_figures": stale_sentences(stale),
+        "demand": [sizing, *forecast.notes],
+        "changes": diff_lines(diff),
+        "warnings": list(warnings),
+    }
+    planner_text = _planner_explanation(problem, solution)
+    if planner_text is not None:
+        out["planner"] = planner_text
+    return out

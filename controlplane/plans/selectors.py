@@ -1,0 +1,126 @@
+"""Reads for plans: the active and newest plans, the capacity figures a problem rests on, and
+a plan's summary for the terminal."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from django.conf import settings
+from django.db.models import QuerySet
+
+from controlplane.plans.models import Plan, ReplanRun
+from controlplane.scenarios.services import _shapes_with_figures
+
+
+def plan_active(*, for_update: bool = False) -> Plan | None:
+    """The active plan, if any. ``for_update`` locks its row until the end of the transaction."""
+    rows = Plan.objects.filter(state=Plan.State.ACTIVE)
+    if for_update:
+        rows = rows.select_for_update()
+    return rows.first()
+
+
+def plan_newest() -> Plan | None:
+    """The plan with the highest version: the one a new re-plan's inputs are compared with."""
+    return Plan.objects.order_by("-version").first()
+
+
+def plan_list() -> QuerySet[Plan]:
+    return Plan.objects.select_related("created_by", "approved_by", "rejected_by").order_by(
+        "-version"
+    )
+
+
+def plan_detail_queryset() -> QuerySet[Plan]:
+    return plan_list().prefetch_related("allocations", "routing")
+
+
+def replan_run_list() -> QuerySet[ReplanRun]:
+    return ReplanRun.objects.select_related("requested_by", "plan").order_by("-created_at", "-pk")
+
+
+def stale_figures(*, shape_names: Iterable[str]) -> list[dict[str, Any]]:
+    """The capacity figures older than ``HEADROOM_CAPACITY_MAX_AGE_DAYS`` among those the
+    placement problem's shapes were built from, one entry per shape (oldest first).
+
+    The figure of each shape is the one the export chose (the freshest whole-mix figure, else
+    the freshest of any class), taken from the export's own selection so the flag names
+    exactly the measurement the plan rests on.
+    """
+    wanted = set(shape_names)
+    out = []
+    for shape, figure in _shapes_with_figures(lambda message: None):
+        if shape.name not in wanted or not figure.is_stale:
+            continue
+        out.append(
+            {
+                "shape": shape.name,
+                "figure": figure.pk,
+                "workload_class": (
+                    figure.workload_class.name if figure.workload_class is not None else None
+                ),
+                "measured_at": figure.measured_at.isoformat(),
+                "age_days": round(figure.age.total_seconds() / 86400, 1),
+                "max_age_days": settings.HEADROOM_CAPACITY_MAX_AGE_DAYS,
+                "source": figure.source,
+            }
+        )
+    out.sort(key=lambda row: (row["measured_at"], row["shape"]))
+    return out
+
+
+def plan_summary(plan: Plan) -> str:
+    """The plan for the terminal: state, cost, per region its allocations (zone × shape ×
+    replicas), unserved demand, binding constraints and stale figures."""
+    lines = [
+        f"Plan v{plan.version} ({plan.get_state_display()}, solver {plan.solver_status}, "
+        f"trigger {plan.trigger}), inputs {plan.inputs_hash[:12]}",
+    ]
+    if plan.solver_status == Plan.SolverStatus.INVALID:
+        lines.append(f"  The problem was invalid: {plan.solution.get('message', '?')}")
+        return "\n".join(lines)
+    gap = f", gap {plan.gap:.2%}" if plan.gap else ""
+    lines.append(
+        f"Cost: {plan.cost_per_hour or 0.0:.2f} $/h; solved in {plan.solve_seconds or 0.0:.2f} s"
+        f"{gap}; planned {plan.planned_requests_per_s:.2f} req/s, unserved "
+        f"{plan.unserved_requests_per_s:.2f} req/s"
+    )
+    band = plan.forecast_band or {}
+    low, high = band.get("low", {}), band.get("high", {})
+    if "cost_per_hour" in low and "cost_per_hour" in high:
+        lines.append(
+            f"Forecast band: {low['cost_per_hour']:.2f} $/h at q={low['quantile']:g}, "
+            f"{high['cost_per_hour']:.2f} $/h at q={high['quantile']:g}"
+        )
+    by_region: dict[str, list[Any]] = defaultdict(list)
+    for row in plan.allocations.all():
+        by_region[row.region].append(row)
+    if not by_region:
+        lines.append("No replicas.")
+    for region, rows in sorted(by_region.items()):
+        gpus = sum(r.replicas * r.gpus_per_replica for r in rows)
+        cost = sum(r.cost_per_hour for r in rows)
+        lines.append(f"{region}: {gpus} GPUs, {cost:.2f} $/h")
+        for r in rows:
+            lines.append(
+                f"  {r.zone} × {r.shape} × {r.replicas} ({r.replicas * r.gpus_per_replica} "
+                f"{r.accelerator})"
+            )
+    unserved = plan.solution.get("unserved", [])
+    if unserved:
+        lines.append("Unserved:")
+        for row in unserved:
+            lines.append(
+                f"  {row['demand']} (priority {row.get('priority', 0)}): "
+                f"{float(row['requests_per_s']):.3g} req/s"
+            )
+    if plan.binding:
+        lines.append("Binding:")
+        lines += [f"  {sentence}" for sentence in plan.binding]
+    if plan.diff:
+        approval = plan.explanation.get("decision") if plan.explanation else None
+        if approval:
+            lines.append(f"Decision: {approval}")
+    return "\n".join(lines)

@@ -1,0 +1,557 @@
+"""Re-planning: build the placement problem, solve it, store the plan, decide its activation.
+
+A re-plan is a ``ReplanRun`` row (a job): ``replan_request`` creates it and enqueues the task
+once the creating transaction commits; ``replan_execute`` runs it. Running one:
+
+1. **Status guard.** Only a queued or running run is executed, so a retried or redelivered
+   task of a finished run does nothing.
+2. **Lock.** The run claims the planner lock (``lock.py``), a database row claimed by
+   conditional UPDATE with an expiry: at most one re-plan runs at a time across processes and
+   machines. A run that cannot claim it is SKIPPED (or waits, with ``wait_s``). A claim that
+   expired belonged to a worker that died; taking it over marks that worker's run failed.
+3. **Inputs.** ``problem_export`` builds the placement problem from policies, profiles and
+   capacity figures; ``demand.demand_forecast`` sizes each demand for its tier's quantile of
+   the forecast band. The inputs hash is the SHA-256 of the canonical problem JSON (without
+   ``previous``). The same hash as the newest plan makes no new plan (UNCHANGED).
+4. **Solve** with the active plan's replicas as ``previous`` (least change breaks ties), then
+   twice more with a shorter time limit at the band's low and high edges, for their cost.
+5. **Store** in one transaction, after checking that this run still holds the lock and is
+   still running and that the newest plan still has another hash: the plan with its
+   allocations and routing, its diff against the active plan, its binding constraints (stale
+   figures included) and explanation. A plan that leaves some demand more unserved than the
+   active plan waits for approval; any other valid plan is activated at once.
+
+A worker killed between steps 3 and 5 leaves the run RUNNING and the lock claimed by
+``run:<id>``; the redelivered task (``acks_late``) gets the claim back, solves again and
+stores one plan. Ordinary errors mark the run FAILED and release the lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.db.models import F, Max
+from django.utils import timezone
+
+from controlplane.api.permissions import POLICY_ADMIN, user_roles
+from controlplane.plans import lock, selectors
+from controlplane.plans.conf import ReplanSettings, replan_settings
+from controlplane.plans.demand import (
+    DemandForecast,
+    demand_forecast,
+    history_window,
+    planned_requests_per_s,
+    rate_history,
+)
+from controlplane.plans.diff import PlanDocuments, plan_diff, serves_less
+from controlplane.plans.explanation import plan_explanation, stale_sentences
+from controlplane.plans.models import Plan, PlanAllocation, PlanRouting, ReplanRun
+from controlplane.scenarios.services import problem_export
+from planner import placement
+
+logger = logging.getLogger(__name__)
+
+Actor = AbstractBaseUser | AnonymousUser
+
+# Runs in these states may still be executed; any other state is final.
+OPEN_STATUSES = (ReplanRun.Status.QUEUED, ReplanRun.Status.RUNNING)
+# How often a run waiting for the lock tries again, seconds.
+LOCK_POLL_S = 0.5
+
+
+class LockLost(Exception):
+    """The run's claim on the planner lock expired and another run took it over."""
+
+
+# -- inputs -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplanInputs:
+    """What a re-plan solves: the problem (demands sized from the forecast), its hash, the
+    forecast with its band problems, the stale capacity figures and the export's warnings."""
+
+    problem: dict[str, Any]
+    inputs_hash: str
+    forecast: DemandForecast
+    stale_figures: list[dict[str, Any]]
+    warnings: list[str]
+
+
+def problem_inputs_hash(problem: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of ``problem`` without ``previous``.
+
+    ``previous`` (the active plan's replicas) only breaks ties between equally good plans; it
+    is not an input to what is needed, and hashing it would make every activation change the
+    next re-plan's hash.
+    """
+    body = {k: v for k, v in problem.items() if k != "previous"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def replan_inputs(
+    *, now: datetime | None = None, settings: ReplanSettings | None = None
+) -> ReplanInputs:
+    """Build the placement problem a re-plan at ``now`` solves, from the database."""
+    now = now or timezone.now()
+    settings = settings or replan_settings()
+    warnings: list[str] = []
+    exported = problem_export(warn=warnings.append)
+    start, end = history_window(now=now, settings=settings)
+    forecast = demand_forecast(
+        problem=exported, now=now, settings=settings, history=rate_history(start=start, end=end)
+    )
+    problem = forecast.problem
+    return ReplanInputs(
+        problem=problem,
+        inputs_hash=problem_inputs_hash(problem),
+        forecast=forecast,
+        stale_figures=selectors.stale_figures(shape_names=[s["name"] for s in problem["shapes"]]),
+        warnings=warnings,
+    )
+
+
+def _with_previous(problem: Mapping[str, Any], active: Plan | None) -> dict[str, Any]:
+    """``problem`` with the active plan's replicas as ``previous``, keeping only the rows whose
+    zone and shape the problem still has (a zone gone down, a shape removed would make the
+    problem invalid)."""
+    out = dict(problem)
+    if active is None:
+        return out
+    zones = {z for r in problem.get("regions", []) for z in r.get("zones", [])}
+    shapes = {s["name"] for s in problem.get("shapes", [])}
+    out["previous"] = [
+        {"zone": row.zone, "shape": row.shape, "replicas": row.replicas}
+        for row in active.allocations.all()
+        if row.zone in zones and row.shape in shapes
+    ]
+    return out
+
+
+# -- requesting and running -------------------------------------------------------------------
+
+
+def replan_request(*, trigger: str, user: Actor | None = None, enqueue: bool = True) -> ReplanRun:
+    """Create a queued re-plan run and, with ``enqueue``, enqueue its task when the transaction
+    commits (without ``enqueue`` the caller runs it with ``replan_execute``).
+
+    Without a broker the task runs in-process at commit (the embedded default), so the run has
+    finished when this returns outside a transaction.
+    """
+    with transaction.atomic():
+        run = ReplanRun(trigger=trigger, requested_by=_recorded(user))
+        run.full_clean()
+        run.save()
+        if enqueue:
+            transaction.on_commit(lambda: _enqueue(run.pk))
+    return run
+
+
+def _enqueue(run_id: int) -> None:
+    # Imported here: the task module imports this one.
+    from workers.tasks.plans import replan
+
+    replan.delay(run_id)
+
+
+def replan_execute(*, run_id: int, wait_s: float = 0.0) -> ReplanRun | None:
+    """Run the re-plan ``run_id`` (see the module docstring); returns the run as it ended.
+
+    ``wait_s`` is how long to wait for a running re-plan to release the lock before this one
+    is SKIPPED (0: skip at once). None when the run does not exist (a task for a deleted run).
+    Never raises for an ordinary failure: the run is marked FAILED with the error.
+    """
+    settings = replan_settings()
+    run = ReplanRun.objects.filter(pk=run_id).first()
+    if run is None:
+        logger.warning("re-plan run %s does not exist; nothing to do", run_id)
+        return None
+    if run.status not in OPEN_STATUSES:
+        return run
+    holder = lock.lock_holder_for_run(run.pk)
+    claim = _claim(holder=holder, settings=settings, wait_s=wait_s)
+    if not claim.claimed:
+        until = f" until {claim.expires_at:%Y-%m-%d %H:%M:%S} UTC" if claim.expires_at else ""
+        _finish(
+            run_id=run.pk,
+            status=ReplanRun.Status.SKIPPED,
+            error=f"Another re-plan ({claim.held_by}) holds the planner lock{until}.",
+        )
+        run.refresh_from_db()
+        return run
+    if claim.taken_over_from:
+        _abandon(holder=claim.taken_over_from, by=holder)
+    started = ReplanRun.objects.filter(pk=run.pk, status__in=OPEN_STATUSES).update(
+        status=ReplanRun.Status.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1
+    )
+    if not started:  # finished meanwhile by another delivery of the same run
+        lock.lock_release(holder=holder)
+        run.refresh_from_db()
+        return run
+    try:
+        _replan(run=run, holder=holder, settings=settings)
+    except Exception as exc:
+        logger.exception("re-plan run %s failed", run.pk)
+        _finish(run_id=run.pk, status=ReplanRun.Status.FAILED, error=f"{type(exc).__name__}: {exc}")
+        lock.lock_release(holder=holder)
+    except (KeyboardInterrupt, SystemExit):
+        _finish(run_id=run.pk, status=ReplanRun.Status.FAILED, error="Interrupted.")
+        lock.lock_release(holder=holder)
+        raise
+    else:
+        lock.lock_release(holder=holder)
+    run.refresh_from_db()
+    return run
+
+
+def _claim(*, holder: str, settings: ReplanSettings, wait_s: float) -> lock.Claim:
+    deadline = time.monotonic() + wait_s
+    while True:
+        claim = lock.lock_claim(holder=holder, ttl_s=settings.lock_ttl_s)
+        if claim.claimed or time.monotonic() >= deadline:
+            return claim
+        time.sleep(min(LOCK_POLL_S, max(0.0, deadline - time.monotonic())))
+
+
+def _finish(*, run_id: int, status: str, error: str = "", plan: Plan | None = None) -> bool:
+    """Close an open run; False when it was already closed (by another delivery)."""
+    return bool(
+        ReplanRun.objects.filter(pk=run_id, status__in=OPEN_STATUSES).update(
+            status=status, finished_at=timezone.now(), error=error, plan=plan
+        )
+    )
+
+
+def _abandon(*, holder: str, by: str) -> None:
+    """Mark the run of an expired claim failed: its worker died without finishing it."""
+    prefix = "run:"
+    if not holder.startswith(prefix) or not holder[len(prefix) :].isdigit():
+        return
+    _finish(
+        run_id=int(holder[len(prefix) :]),
+        status=ReplanRun.Status.FAILED,
+        error=f"Abandoned: its claim on the planner lock expired and {by} took it over.",
+    )
+
+
+def _renew(*, holder: str, settings: ReplanSettings) -> None:
+    if not lock.lock_renew(holder=holder, ttl_s=settings.lock_ttl_s):
+        raise LockLost(f"{holder} no longer holds the planner lock; another re-plan took it over")
+
+
+def _solve(
+    problem: Mapping[str, Any], *, time_limit_s: float, settings: ReplanSettings
+) -> dict[str, Any]:
+    return placement.solve(
+        problem,
+        time_limit_s=time_limit_s,
+        workers=settings.solver_workers,
+        seed=settings.solver_seed,
+    )
+
+
+def _replan(*, run: ReplanRun, holder: str, settings: ReplanSettings) -> None:
+    inputs = replan_inputs(settings=settings)
+    newest = selectors.plan_newest()
+    if newest is not None and newest.inputs_hash == inputs.inputs_hash:
+        _finish(run_id=run.pk, status=ReplanRun.Status.UNCHANGED, plan=newest)
+        return
+    problem = _with_previous(inputs.problem, selectors.plan_active())
+    solution = _solve(problem, time_limit_s=settings.time_limit_s, settings=settings)
+    _renew(holder=holder, settings=settings)
+    band = _band(inputs.forecast, problem, solution, settings)
+    _renew(holder=holder, settings=settings)
+    with transaction.atomic():
+        if not lock.lock_held_by(holder=holder, for_update=True):
+            raise LockLost(f"{holder} lost the planner lock before storing its plan")
+        current = ReplanRun.objects.select_for_update().get(pk=run.pk)
+        if current.status != ReplanRun.Status.RUNNING:
+            return  # another delivery of this run finished it
+        newest = selectors.plan_newest()
+        if newest is not None and newest.inputs_hash == inputs.inputs_hash:
+            _finish(run_id=run.pk, status=ReplanRun.Status.UNCHANGED, plan=newest)
+            return
+        plan = plan_store(run=current, inputs=inputs, problem=problem, solution=solution, band=band)
+        if plan.solver_status == Plan.SolverStatus.INVALID:
+            _finish(
+                run_id=run.pk,
+                status=ReplanRun.Status.FAILED,
+                error=f"The placement problem is invalid: {solution.get('message', '?')}",
+                plan=plan,
+            )
+        else:
+            _finish(run_id=run.pk, status=ReplanRun.Status.SUCCEEDED, plan=plan)
+
+
+def _band(
+    forecast: DemandForecast,
+    problem: Mapping[str, Any],
+    solution: Mapping[str, Any],
+    settings: ReplanSettings,
+) -> dict[str, Any]:
+    """The ``forecast_band`` document: quantiles per tier and the cost per hour of the band's
+    low and high edges (each solved with the shorter band time limit). Where no demand has
+    history the edges are the planned problem itself and its solution is reused."""
+    band = forecast.band_summary()
+    if solution.get("status") == "invalid":
+        return band
+    edges = (("low", forecast.low), ("high", forecast.high))
+    for edge, edge_problem in edges:
+        if edge_problem is None:
+            edge_solution: Mapping[str, Any] = solution
+        else:
+            edge_solution = _solve(
+                {
+                    **edge_problem,
+                    **({"previous": problem["previous"]} if "previous" in problem else {}),
+                },
+                time_limit_s=settings.band_time_limit_s,
+                settings=settings,
+            )
+        band[edge].update(
+            {
+                "cost_per_hour": edge_solution.get("cost_per_hour"),
+                "unserved_requests_per_s": edge_solution.get("unserved_requests_per_s"),
+                "planned_requests_per_s": planned_requests_per_s(edge_problem or problem),
+                "solver_status": edge_solution.get("status"),
+                "gap": edge_solution.get("gap"),
+            }
+        )
+    return band
+
+
+# -- storing ----------------------------------------------------------------------------------
+
+
+def plan_store(
+    *,
+    run: ReplanRun,
+    inputs: ReplanInputs,
+    problem: dict[str, Any],
+    solution: dict[str, Any],
+    band: dict[str, Any],
+) -> Plan:
+    """Store a solved plan with its allocations and routing, and decide its activation.
+
+    Must run inside the transaction that holds the planner lock. The plan is compared with
+    the active plan: one that leaves some demand more unserved waits for approval; any other
+    valid plan is activated; an invalid problem's plan stays proposed.
+    """
+    version = (Plan.objects.aggregate(top=Max("version"))["top"] or 0) + 1
+    active = selectors.plan_active(for_update=True)
+    diff = plan_diff(
+        before=PlanDocuments(active.problem, active.solution) if active else None,
+        after=PlanDocuments(problem, solution),
+        before_version=active.version if active else None,
+    )
+    invalid = solution.get("status") == "invalid"
+    if invalid:
+        state, decision = Plan.State.PROPOSED, "Not activated: the problem was invalid."
+    elif serves_less(diff):
+        state = Plan.State.AWAITING_APPROVAL
+        decision = (
+            f"Awaiting approval: it leaves {len(diff['newly_unserved'])} demands more unserved "
+            f"than active plan v{diff['against_version']}; a policy admin must approve it."
+        )
+    elif active is None:
+        state, decision = Plan.State.PROPOSED, "Activated: the first plan."
+    else:
+        state = Plan.State.PROPOSED
+        decision = f"Activated: serves every demand at least as well as plan v{active.version}."
+    planned = planned_requests_per_s(problem)
+    binding = [*solution.get("binding", []), *stale_sentences(inputs.stale_figures)]
+    plan = Plan(
+        version=version,
+        inputs_hash=inputs.inputs_hash,
+        state=state,
+        solver_status=solution["status"],
+        trigger=run.trigger,
+        problem=problem,
+        solution=solution,
+        explanation=plan_explanation(
+            version=version,
+            problem=problem,
+            solution=solution,
+            planned_requests_per_s=planned,
+            diff=diff,
+            stale=inputs.stale_figures,
+            forecast=inputs.forecast,
+            warnings=inputs.warnings,
+            decision=decision,
+        ),
+        cost_per_hour=None if invalid else float(solution["cost_per_hour"]),
+        gap=None if invalid else float(solution["gap"]),
+        solve_seconds=float(solution.get("solve_seconds", 0.0)),
+        planned_requests_per_s=planned,
+        unserved_requests_per_s=0.0 if invalid else float(solution["unserved_requests_per_s"]),
+        binding=binding,
+        stale_figures=inputs.stale_figures,
+        forecast_band=band,
+        diff=diff,
+        created_by=run.requested_by,
+    )
+    plan.full_clean()
+    plan.save()
+    if not invalid:
+        _store_rows(plan=plan, problem=problem, solution=solution)
+        if state == Plan.State.PROPOSED:
+            plan = plan_activate(plan=plan)
+    return plan
+
+
+def _store_rows(*, plan: Plan, problem: Mapping[str, Any], solution: Mapping[str, Any]) -> None:
+    zone_region = {z: r["name"] for r in problem["regions"] for z in r.get("zones", [])}
+    multiplier = {r["name"]: float(r.get("price_multiplier", 1.0)) for r in problem["regions"]}
+    price = {a["name"]: float(a["price_per_gpu_hour"]) for a in problem["accelerators"]}
+    shapes = {s["name"]: s for s in problem["shapes"]}
+    allocations = []
+    for row in solution.get("replicas", []):
+        if int(row["replicas"]) <= 0:
+            continue
+        shape = shapes[row["shape"]]
+        region = zone_region[row["zone"]]
+        gpus = int(shape["gpus"])
+        allocations.append(
+            PlanAllocation(
+                plan=plan,
+                region=region,
+                zone=row["zone"],
+                shape=row["shape"],
+                accelerator=shape["accelerator"],
+                gpus_per_replica=gpus,
+                replicas=int(row["replicas"]),
+                cost_per_hour=int(row["replicas"])
+                * gpus
+                * price[shape["accelerator"]]
+                * multiplier[region],
+            )
+        )
+    PlanAllocation.objects.bulk_create(allocations)
+    tenants = {d["id"]: d.get("tenant", d["id"]) for d in problem.get("demands", [])}
+    PlanRouting.objects.bulk_create(
+        PlanRouting(
+            plan=plan,
+            demand=row["demand"],
+            tenant=tenants.get(row["demand"], ""),
+            region=row["region"],
+            shape=row["shape"],
+            requests_per_s=float(row["requests_per_s"]),
+        )
+        for row in solution.get("routing", [])
+    )
+
+
+# -- activation, approval, rejection ----------------------------------------------------------
+
+
+def _emission_hook() -> Any:
+    """``controlplane.emission.services.outbox_enqueue_for_plan``, or None where the emission
+    app is not installed (no sinks: nothing to emit)."""
+    try:
+        from controlplane.emission.services import outbox_enqueue_for_plan
+    except ModuleNotFoundError as exc:
+        if exc.name in ("controlplane.emission", "controlplane.emission.services"):
+            return None
+        raise
+    return outbox_enqueue_for_plan
+
+
+def plan_activate(*, plan: Plan, user: Actor | None = None) -> Plan:
+    """Make ``plan`` the active plan: the active one becomes superseded, and the plan's
+    allocations are handed to emission (its outbox) in the same transaction.
+
+    ``user`` is recorded as the approver. Refuses a plan that was rejected, superseded or made
+    from an invalid problem (``ValidationError``). Activating the active plan changes nothing.
+    """
+    with transaction.atomic():
+        plan = Plan.objects.select_for_update().get(pk=plan.pk)
+        if plan.state == Plan.State.ACTIVE:
+            return plan
+        if plan.state not in (Plan.State.PROPOSED, Plan.State.AWAITING_APPROVAL):
+            raise ValidationError(
+                {"state": f"A {plan.get_state_display()} plan cannot be activated."}
+            )
+        if plan.solver_status == Plan.SolverStatus.INVALID:
+            raise ValidationError({"state": "A plan of an invalid problem cannot be activated."})
+        # Lock the active row first: of two activations at once, the second waits and then
+        # supersedes the first (the partial unique constraint holds in between).
+        list(Plan.objects.select_for_update().filter(state=Plan.State.ACTIVE))
+        Plan.objects.filter(state=Plan.State.ACTIVE).exclude(pk=plan.pk).update(
+            state=Plan.State.SUPERSEDED
+        )
+        plan.state = Plan.State.ACTIVE
+        plan.activated_at = timezone.now()
+        if _recorded(user) is not None:
+            plan.approved_by = _recorded(user)
+        plan.full_clean()
+        plan.save(update_fields=["state", "activated_at", "approved_by"])
+        hook = _emission_hook()
+        if hook is not None:
+            hook(plan=plan)
+    return plan
+
+
+def _recorded(user: Actor | None) -> Any:
+    """The user to record as author or decider: None for no user or an anonymous one."""
+    return user if user is not None and user.is_authenticated else None
+
+
+def _require_policy_admin(user: Actor | None, action: str) -> None:
+    if POLICY_ADMIN not in user_roles(user):
+        raise PermissionDenied(f"Only a {POLICY_ADMIN} may {action} a plan.")
+
+
+def _require_decidable(plan: Plan, action: str) -> None:
+    if plan.state != Plan.State.AWAITING_APPROVAL:
+        raise ValidationError(
+            {
+                "state": f"Only a plan awaiting approval can be {action}; v{plan.version} is "
+                f"{plan.get_state_display()}."
+            }
+        )
+
+
+def plan_approve(*, plan: Plan, user: Actor | None) -> Plan:
+    """A policy admin approves a plan awaiting approval: it becomes the active plan.
+
+    Only the newest plan can be approved: an older one was compared with an active plan that
+    may have changed since, and would undo newer decisions.
+    """
+    _require_policy_admin(user, "approve")
+    with transaction.atomic():
+        plan = Plan.objects.select_for_update().get(pk=plan.pk)
+        _require_decidable(plan, "approved")
+        newest = selectors.plan_newest()
+        if newest is not None and newest.pk != plan.pk:
+            raise ValidationError(
+                {
+                    "state": f"v{plan.version} is not the newest plan (v{newest.version} is); "
+                    "approve or re-plan from the newest."
+                }
+            )
+        return plan_activate(plan=plan, user=user)
+
+
+def plan_reject(*, plan: Plan, user: Actor | None) -> Plan:
+    """A policy admin rejects a plan awaiting approval; the active plan stays."""
+    _require_policy_admin(user, "reject")
+    with transaction.atomic():
+        plan = Plan.objects.select_for_update().get(pk=plan.pk)
+        _require_decidable(plan, "rejected")
+        plan.state = Plan.State.REJECTED
+        plan.rejected_at = timezone.now()
+        plan.rejected_by = _recorded(user)
+        plan.full_clean()
+        plan.save(update_fields=["state", "rejected_at", "rejected_by"])
+    return plan
