@@ -178,6 +178,10 @@ class DriftAlertAdmin(SimpleHistoryAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # "Change" means acknowledging, from the list; an alert's own page only shows it.
+        return obj is None and super().has_change_permission(request, obj)
+
     @admin.display(description="replicas")
     def replica_impact(self, obj: DriftAlert) -> str:
         delta = obj.replica_delta

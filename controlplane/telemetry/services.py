@@ -751,8 +751,7 @@ def _derive(
     class_label = conf.labels.workload_class is not None
     unknown: set[str] = set()
     skipped: list[dict[str, str]] = []
-    observed: list[ObservedWorkload] = []
-    versioned: list[_Versioned] = []
+    measured: list[tuple[Observation, _Resolved | None]] = []
     for labels in sorted(grouped, key=str):
         collected = grouped[labels]
         buckets = [v for i in collected.request_series for v in request_values.get(i, [])]
@@ -764,15 +763,29 @@ def _derive(
             skipped.append({"series": str(labels), "reason": str(exc)})
             continue
         resolved = _resolve(labels, names, class_label)
-        profile: WorkloadProfile | None = None
         if isinstance(resolved, list):
             unknown.update(resolved)
             skipped.append({"series": str(labels), "reason": "unknown " + "; ".join(resolved)})
+            measured.append((obs, None))
         else:
+            measured.append((obs, resolved))
+
+    # Each pool's token shares as they stand before this run writes anything: a tenant's
+    # share is compared pool state to pool state, not against the others' new figures.
+    shares_before = {
+        (r.model.pk, r.region.pk): pool_token_shares(model=r.model, region=r.region)
+        for _, r in measured
+        if r is not None
+    }
+    observed: list[ObservedWorkload] = []
+    versioned: list[_Versioned] = []
+    for obs, resolved in measured:
+        profile: WorkloadProfile | None = None
+        if resolved is not None:
             try:
                 before, profile = _version(resolved, obs, conf.profile_tolerance)
             except ValidationError as exc:
-                skipped.append({"series": str(labels), "reason": f"not a valid profile: {exc}"})
+                skipped.append({"series": str(obs.labels), "reason": f"not a valid profile: {exc}"})
             else:
                 if profile is before:
                     run.profiles_unchanged += 1
@@ -783,9 +796,11 @@ def _derive(
     ObservedWorkload.objects.bulk_create(observed)
     # Drift after every version is written, so each pool's "after" holds this run's figures.
     for item in versioned:
+        pool = (item.resolved.model.pk, item.resolved.region.pk)
         outcome = drift_check(
             before=item.before,
             after=item.after,
+            share_before=shares_before[pool].get(item.resolved.tenant.pk),
             thresholds=conf.drift,
             now=end,
         )
@@ -916,24 +931,17 @@ def pool_sizing(
 
 
 def _token_rate(profile: WorkloadProfile) -> float:
+    """Prompt and output tokens per second at the profile's peak rate."""
     return profile.peak_requests_per_s * (profile.prompt_tokens_mean + profile.output_tokens_mean)
 
 
-def token_share(
-    *, profile: WorkloadProfile, region: Region, replace: WorkloadProfile | None = None
-) -> float:
-    """The tenant's share of its pool's tokens per second at peak (0..1).
-
-    ``replace`` stands for the tenant's profile in the pool (the "before" of a change).
-    """
-    own = replace or profile
-    others = [
-        p
-        for p in selectors.pool_profiles(model=profile.model, region=region)
-        if p.tenant_id != profile.tenant_id
-    ]
-    total = _token_rate(own) + math.fsum(_token_rate(p) for p in others)
-    return _token_rate(own) / total if total > 0 else 0.0
+def pool_token_shares(*, model: LlmModel, region: Region) -> dict[int, float]:
+    """Each tenant's share (0..1) of the pool's tokens per second at peak, by tenant id."""
+    rates: dict[int, float] = defaultdict(float)
+    for profile in selectors.pool_profiles(model=model, region=region):
+        rates[profile.tenant_id] += _token_rate(profile)
+    total = math.fsum(rates.values())
+    return {tenant: rate / total if total > 0 else 0.0 for tenant, rate in rates.items()}
 
 
 @dataclass(frozen=True)
@@ -943,17 +951,16 @@ class DriftOutcome:
     resolved: int = 0
 
 
-def _kind_values(
-    kind: str, profile: WorkloadProfile, region: Region, replace: WorkloadProfile | None = None
-) -> float:
-    source = replace or profile
+def _kind_value(kind: str, profile: WorkloadProfile, region: Region) -> float:
+    """The figure an alert kind watches, for a profile as it stands in its pool now."""
     if kind == DriftAlert.Kind.PROMPT_MEAN:
-        return source.prompt_tokens_mean
+        return float(profile.prompt_tokens_mean)
     if kind == DriftAlert.Kind.OUTPUT_MEAN:
-        return source.output_tokens_mean
+        return float(profile.output_tokens_mean)
     if kind == DriftAlert.Kind.CACHE_HIT_RATE:
-        return source.prefix_cache_hit_rate
-    return token_share(profile=profile, region=region, replace=replace)
+        return float(profile.prefix_cache_hit_rate)
+    shares = pool_token_shares(model=profile.model, region=region)
+    return shares.get(profile.tenant_id, 0.0)
 
 
 def _threshold(kind: str, thresholds: DriftThresholds) -> float:
@@ -980,6 +987,7 @@ def drift_check(
     *,
     before: WorkloadProfile | None,
     after: WorkloadProfile,
+    share_before: float | None,
     thresholds: DriftThresholds,
     now: datetime,
 ) -> DriftOutcome:
@@ -988,7 +996,13 @@ def drift_check(
     An active (open or acknowledged) alert of a kind compares the new figures with its own
     baseline: back within the threshold resolves it, else it is updated (current value,
     replica impact, last seen, occurrences). Without one, a change from the superseded
-    version ``before`` beyond the threshold raises a new alert.
+    version ``before`` beyond the threshold raises a new alert; for the token share the
+    "before" is ``share_before``, the tenant's share of the pool before this derivation
+    (None: it had none).
+
+    The replica impact is the pool's replicas with this tenant at its baseline profile and
+    everyone else as they are now, against the pool as it is now: what this tenant's change
+    costs.
     """
     region = after.region
     if region is None:  # telemetry profiles always name their region
@@ -1009,7 +1023,7 @@ def drift_check(
         alert = active.get(kind)
         if alert is not None:
             baseline = alert.baseline_profile
-            current = _kind_values(kind, after, region)
+            current = _kind_value(kind, after, region)
             if not drifted(kind, alert.baseline_value, current, threshold):
                 alert.status = DriftAlert.Status.RESOLVED
                 alert.resolved_at = now
@@ -1028,8 +1042,13 @@ def drift_check(
             continue
         if before is None or before.pk == after.pk:
             continue
-        old = _kind_values(kind, after, region, replace=before)
-        new = _kind_values(kind, after, region)
+        if kind == DriftAlert.Kind.TOKEN_SHARE:
+            if share_before is None:
+                continue
+            old = share_before
+        else:
+            old = _kind_value(kind, before, region)
+        new = _kind_value(kind, after, region)
         if not drifted(kind, old, new, threshold):
             continue
         alert = DriftAlert(

@@ -154,6 +154,27 @@ def test_a_tenants_share_of_the_pools_tokens(fleet: Fleet) -> None:
     assert (alert.replicas_before, alert.replicas_after) == (12, 23)
 
 
+def test_everyone_growing_alike_moves_no_tenants_share(fleet: Fleet) -> None:
+    for tenant, rate in (("northwind", 6.0), ("fabrikam", 2.0)):
+        bucket = steady(requests_per_s=rate, bucket_s=W, prompt_mean=1500, output_mean=100)
+        store(traffic_samples(tenant, "chat-70b", "eu-west", MONDAY, W, [bucket] * 12), W)
+    services.workload_profiles_derive(window_start=MONDAY, window_end=MONDAY + HOUR)
+    later = MONDAY + 2 * HOUR
+    for tenant, rate in (("northwind", 6.0), ("fabrikam", 2.0)):
+        bucket = steady(requests_per_s=rate, bucket_s=W, prompt_mean=2700, output_mean=100)
+        store(traffic_samples(tenant, "chat-70b", "eu-west", later, W, [bucket] * 12), W)
+    run = services.workload_profiles_derive(window_start=later, window_end=later + HOUR)
+    assert run.alerts_raised == 2
+    assert set(DriftAlert.objects.values_list("kind", flat=True)) == {DriftAlert.Kind.PROMPT_MEAN}
+    # Each alert carries its own tenant's part against the pool as it is now (8 × 1.3 = 10.4
+    # replica-s/s: 15 replicas): northwind back at 1,500 tokens leaves 6 + 2.6 = 8.6 (13),
+    # fabrikam back leaves 7.8 + 2 = 9.8 (14).
+    impact = {
+        a.tenant.name: (a.replicas_before, a.replicas_after) for a in DriftAlert.objects.all()
+    }
+    assert impact == {"northwind": (13, 15), "fabrikam": (14, 15)}
+
+
 def test_declared_profiles_count_in_the_pool_until_telemetry_replaces_them(fleet: Fleet) -> None:
     policy = WorkloadClass.objects.create(name="policy-question")
     figures = {

@@ -1,0 +1,105 @@
+"""The beat schedule (``manage.py install_schedule``) and the telemetry settings."""
+
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from controlplane.telemetry.conf import LabelConfig, telemetry_settings
+from workers.celery import app
+
+
+def _install(*args: str) -> str:
+    out = StringIO()
+    call_command("install_schedule", *args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+def test_install_schedule_creates_the_periodic_tasks_once(settings: Any) -> None:
+    settings.HEADROOM_TELEMETRY_BUCKET_S = 300
+    first = _install()
+    assert "created 'telemetry: pull from Prometheus'" in first
+    tasks = {t.name: t for t in PeriodicTask.objects.all()}
+    pull = tasks["telemetry: pull from Prometheus"]
+    derive = tasks["telemetry: derive workload profiles"]
+    assert pull.task == "headroom.telemetry.pull" and pull.enabled
+    assert (pull.interval.every, pull.interval.period) == (300, IntervalSchedule.SECONDS)
+    assert derive.task == "headroom.telemetry.derive_profiles"
+    assert derive.interval.every == 3600
+    # The task names are those autodiscovery registers (through ``workers.tasks``).
+    app.loader.import_default_modules()
+    assert {pull.task, derive.task} <= set(app.tasks)
+
+    # Run again: nothing changes, and an admin's edit is kept.
+    pull.interval = IntervalSchedule.objects.create(every=600, period=IntervalSchedule.SECONDS)
+    pull.enabled = False
+    pull.save()
+    assert "kept 'telemetry: pull from Prometheus' as it is" in _install()
+    assert PeriodicTask.objects.filter(task__startswith="headroom.telemetry.").count() == 2
+    pull.refresh_from_db()
+    assert (pull.interval.every, pull.enabled) == (600, False)
+
+    # --reset puts it back.
+    assert "reset 'telemetry: pull from Prometheus'" in _install("--reset")
+    pull.refresh_from_db()
+    assert (pull.interval.every, pull.enabled) == (300, True)
+
+
+def test_beat_uses_the_database_schedule() -> None:
+    assert app.conf.beat_scheduler == "django_celery_beat.schedulers:DatabaseScheduler"
+
+
+def test_defaults(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(vars(settings._wrapped)):
+        if name.startswith(("HEADROOM_TELEMETRY_", "HEADROOM_PROMETHEUS_")):
+            delattr(settings, name)
+    for name in (
+        "HEADROOM_PROMETHEUS_URL",
+        "HEADROOM_TELEMETRY_LABELS",
+        "HEADROOM_TELEMETRY_BUCKET_S",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    conf = telemetry_settings()
+    assert conf.prometheus_url == "http://127.0.0.1:9090"
+    assert conf.bucket_s == 300
+    assert conf.labels == LabelConfig("tenant", "model_name", "region", None)
+    assert conf.drift.prompt_mean_rel == 0.25 and conf.drift.token_share_abs == 0.10
+
+
+def test_environment_is_read_when_settings_say_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEADROOM_TELEMETRY_LABELS", "tenant=customer, class=request_class")
+    monkeypatch.setenv("HEADROOM_TELEMETRY_BUCKET_S", "60")
+    monkeypatch.setenv("HEADROOM_PROMETHEUS_URL", "https://prometheus.example:9090")
+    conf = telemetry_settings()
+    assert conf.labels == LabelConfig("customer", "model_name", "region", "request_class")
+    assert conf.labels.names == ("customer", "model_name", "region", "request_class")
+    assert conf.bucket_s == 60
+    assert conf.prometheus_url == "https://prometheus.example:9090"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("HEADROOM_TELEMETRY_BUCKET_S", "five", "must be a number"),
+        ("HEADROOM_TELEMETRY_BUCKET_S", "0", "must be positive"),
+        ("HEADROOM_PROMETHEUS_URL", "prometheus:9090", "http"),
+        ("HEADROOM_TELEMETRY_LABELS", "tenant", "role=label"),
+        ("HEADROOM_TELEMETRY_LABELS", "pod=pod_name", "unknown roles"),
+        ("HEADROOM_TELEMETRY_LABELS", "tenant=region", "its own label"),
+        ("HEADROOM_TELEMETRY_LABELS", "tenant=le", "not a label name"),
+        ("HEADROOM_TELEMETRY_LABELS", "tenant=te nant", "not a label name"),
+        ("HEADROOM_TELEMETRY_DRIFT_PROMPT_MEAN", "-0.1", "must be positive"),
+    ],
+)
+def test_malformed_values_fail_loudly(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ImproperlyConfigured, match=message):
+        telemetry_settings()
