@@ -91,9 +91,9 @@ def fleet_from_data(
     """The fleet of an already parsed scenario mapping."""
     regions = {_text(r, "name", f"regions[{i}]") for i, r in enumerate(_section(data, "regions"))}
     homes: dict[str, str] = {}
-    for i, tenant in enumerate(_section(data, "tenants")):
+    for i, entry in enumerate(_section(data, "tenants")):
         where = f"tenants[{i}]"
-        homes[_text(tenant, "name", where)] = _text(tenant, "home_region", where)
+        homes[_text(entry, "name", where)] = _text(entry, "home_region", where)
     models = {_text(m, "name", f"models[{i}]"): m for i, m in enumerate(_section(data, "models"))}
 
     # The highest version of each profile.
