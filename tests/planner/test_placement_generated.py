@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from planner.errors import PlannerInputError
-from planner.placement import parse_problem
+from planner.placement import parse_problem, solve
 from planner.placement.generator import generate_problem
 from planner.placement.greedy import greedy_plan
 from planner.placement.reference import reference_cost_bound, reference_plan
@@ -219,3 +219,136 @@ def test_generated_problems_are_valid_for_both_readers(scarcity: float | None) -
     parsed = parse_problem(problem)
     spec = read_spec_problem(problem)
     assert len(parsed.demands) == len(spec.demands) == len(problem["demands"])
+
+
+# --- the solver on generated problems ----------------------------------------------------
+
+SOLVER_LIMIT_S = 20.0
+
+
+def _solve(problem: dict[str, Any], time_limit_s: float = SOLVER_LIMIT_S) -> dict[str, Any]:
+    try:
+        solution: dict[str, Any] = solve(problem, time_limit_s=time_limit_s, workers=2, seed=0)
+    except AttributeError as error:
+        # Known solver defect: the fairness stage names MathOpt variables "fair-level" and
+        # "excess" more than once, which MathOpt refuses whenever a priority is short. Only
+        # that crash is excused; once it is fixed these tests check everything below.
+        if "duplicate name inserted" in str(error.__context__):
+            pytest.xfail(f"solver fairness stage crashes: {error.__context__}")
+        raise
+    return solution
+
+
+def _planned_by_priority(problem: dict[str, Any]) -> dict[int, float]:
+    totals: dict[int, float] = {}
+    for d in problem["demands"]:
+        p = d.get("priority", 0)
+        totals[p] = totals.get(p, 0.0) + d["requests_per_s"] * d.get("burst", 1.0)
+    return totals
+
+
+@pytest.mark.parametrize("name", ["sizing-base", "sizing-burst", "sizing-zonal", "fragmentation"])
+def test_solver_reaches_the_known_answers(name: str) -> None:
+    with (DATA / f"{name}.json").open() as f:
+        problem = json.load(f)
+    solution = _solve(problem)
+    assert verify(problem, solution) == []
+    assert sum(row["replicas"] for row in solution["replicas"]) == problem["expect_total_replicas"]
+
+
+@pytest.mark.parametrize("seed", range(1, 6))
+@pytest.mark.parametrize("scarcity", [None, 0.5])
+def test_solver_is_optimal_and_agrees_with_the_reference(seed: int, scarcity: float | None) -> None:
+    problem = _tiny(seed, scarcity)
+    solution = _solve(problem)
+    assert solution["status"] == "optimal"
+    assert verify(problem, solution) == []
+    plan = reference_plan(problem)
+    # Least unserved, one priority at a time, is what both must reach exactly.
+    got = _unserved_by_priority(problem, solution)
+    planned = _planned_by_priority(problem)
+    for priority, least in plan.unserved_by_priority.items():
+        assert got[priority] == pytest.approx(least, abs=1e-6 * max(1.0, planned[priority]))
+    # Where everything is served fairness cannot move the cost: the optima must agree.
+    if all(u <= 1e-9 for u in plan.unserved_by_priority.values()):
+        assert solution["cost_per_hour"] == pytest.approx(plan.cost_per_hour, rel=1e-6)
+
+
+@pytest.mark.parametrize("scarcity", [None, 0.4])
+def test_solver_plans_verify_on_a_multi_region_fleet(scarcity: float | None) -> None:
+    problem = generate_problem(
+        tenants=30, regions=6, zones_per_region=3, gpu_types=3, seed=21, scarcity=scarcity
+    )
+    solution = _solve(problem, time_limit_s=4.0)
+    assert solution["status"] in ("optimal", "feasible")
+    assert verify(problem, solution) == []
+    if scarcity is None:
+        assert solution["unserved_requests_per_s"] == 0
+        assert solution["cost_per_hour"] <= greedy_plan(problem)["cost_per_hour"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", [31, 32])
+def test_residency_holds_even_under_shortage(seed: int) -> None:
+    # Everyone may spill far, half must stay in their geography, and GPUs are short: the
+    # solver is tempted to move resident demand to idle regions abroad.
+    problem = generate_problem(
+        tenants=24,
+        regions=6,
+        zones_per_region=2,
+        gpu_types=2,
+        seed=seed,
+        scarcity=0.3,
+        residency_share=0.5,
+        spill_share=1.0,
+    )
+    for demand in problem["demands"]:
+        demand["max_spill_rtt_ms"] = 1000.0
+    solution = _solve(problem, time_limit_s=8.0)
+    assert verify(problem, solution) == []
+    geo = {r["name"]: r["geo"] for r in problem["regions"]}
+    demands = {d["id"]: d for d in problem["demands"]}
+    resident = [row for row in solution["routing"] if "allowed_regions" in demands[row["demand"]]]
+    assert resident
+    for row in resident:
+        demand = demands[row["demand"]]
+        assert row["region"] in demand["allowed_regions"]
+        assert geo[row["region"]] == geo[demand["home_region"]]
+
+
+def test_priority_zero_is_never_short_while_priority_one_is_served() -> None:
+    # Nine replicas carry 6.3 requests/s: all of it goes to the priority-0 demand.
+    with (DATA / "sizing-base.json").open() as f:
+        problem = json.load(f)
+    problem["inventory"] = [
+        {"zone": z, "accelerator": "gpu80", "gpus": 3} for z in ("r1-a", "r1-b", "r1-c")
+    ]
+    base = problem["demands"][0]
+    problem["demands"] = [
+        dict(base, id="silver", priority=1, requests_per_s=4.0),
+        dict(base, id="gold", priority=0, requests_per_s=8.0),
+    ]
+    solution = _solve(problem)
+    assert verify(problem, solution) == []
+    unserved = {row["demand"]: row["requests_per_s"] for row in solution["unserved"]}
+    assert unserved["gold"] == pytest.approx(8.0 - 6.3)
+    assert unserved["silver"] == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("seed", range(1, 6))
+def test_on_generated_shortage_priority_zero_loses_nothing_to_priority_one(seed: int) -> None:
+    # One region, one model: every demand competes for the same replicas, so any
+    # priority-0 shortfall while priority 1 is served would be a priority inversion.
+    problem = generate_problem(
+        tenants=10, regions=1, zones_per_region=3, gpu_types=1, models=1, seed=seed, scarcity=0.4
+    )
+    for demand in problem["demands"]:
+        demand["promise"] = "none"
+        demand.pop("residence_s", None)
+    solution = _solve(problem)
+    assert verify(problem, solution) == []
+    priority = {d["id"]: d["priority"] for d in problem["demands"]}
+    short = {row["demand"] for row in solution["unserved"] if row["requests_per_s"] > 1e-9}
+    served = {row["demand"] for row in solution["routing"] if row["requests_per_s"] > 1e-9}
+    worst_short = min((priority[d] for d in short), default=None)
+    if worst_short is not None:
+        assert all(priority[d] <= worst_short for d in served)
