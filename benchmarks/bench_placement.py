@@ -303,7 +303,9 @@ def table(results: Sequence[Result]) -> str:
     return "\n".join(lines)
 
 
-def section(results: Sequence[Result], command: str, bound_limit_s: float) -> str:
+def section(
+    results: Sequence[Result], command: str, bound_limit_s: float, revision: str | None
+) -> str:
     """The "## Placement solver" section of docs/benchmarks.md."""
     return "\n".join(
         [
@@ -327,7 +329,8 @@ def section(results: Sequence[Result], command: str, bound_limit_s: float) -> st
             "",
             f"Command: `{command}`",
             "",
-            f"Machine: {machine()}; measured {time.strftime('%Y-%m-%d')}.",
+            f"Machine: {machine()}; measured {time.strftime('%Y-%m-%d')}"
+            + (f" at revision {revision}." if revision else "."),
             "",
             table(results),
             "",
@@ -335,10 +338,10 @@ def section(results: Sequence[Result], command: str, bound_limit_s: float) -> st
     )
 
 
-def write_docs(text: str) -> None:
-    """Replace (or append) the placement section of docs/benchmarks.md, leaving others alone."""
-    if DOCS.exists():
-        current = DOCS.read_text()
+def write_docs(text: str, docs: Path = DOCS) -> None:
+    """Replace (or append) the placement section of ``docs``, leaving other sections alone."""
+    if docs.exists():
+        current = docs.read_text()
     else:
         current = "# Benchmarks\n"
     start = current.find(SECTION)
@@ -348,8 +351,8 @@ def write_docs(text: str) -> None:
         end = current.find("\n## ", start + len(SECTION))
         tail = "" if end == -1 else current[end + 1 :]
         updated = current[:start] + text + ("\n" + tail if tail else "")
-    DOCS.parent.mkdir(parents=True, exist_ok=True)
-    DOCS.write_text(updated)
+    docs.parent.mkdir(parents=True, exist_ok=True)
+    docs.write_text(updated)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -368,6 +371,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="seconds the reference MILP may spend proving a cost bound per size (0: skip)",
     )
     parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--docs", type=Path, default=DOCS, help="the file --write-docs updates")
+    parser.add_argument("--revision", help="the code revision measured, named in the docs")
     parser.add_argument("--json", type=Path, help="also write the raw measurements here")
     args = parser.parse_args(argv)
 
@@ -392,15 +397,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  reference: {result.reference} in {result.reference_wall_s:.1f} s")
         results.append(result)
 
-    given = list(sys.argv[1:] if argv is None else argv)
-    command = " ".join([".venv/bin/python -m benchmarks.bench_placement", *given])
+    # The command that reproduces the table (where it is written to is beside the point).
+    words = [".venv/bin/python -m benchmarks.bench_placement"]
+    if args.sizes != ["small", "medium", "large"]:
+        words += ["--sizes", *args.sizes]
+    if args.bound_limit != parser.get_default("bound_limit"):
+        words += ["--bound-limit", f"{args.bound_limit:g}"]
+    command = " ".join([*words, "--write-docs"])
     print()
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=2, default=str))
     if args.write_docs:
-        write_docs(section(results, command, args.bound_limit))
-        print(f"\nwritten to {DOCS}")
+        write_docs(section(results, command, args.bound_limit, args.revision), args.docs)
+        print(f"\nwritten to {args.docs}")
     verified = all(
         not r.greedy_violations and not any(x.violations for x in r.runs) for r in results
     )
