@@ -368,8 +368,12 @@ def read_spec_problem(problem: Mapping[str, Any]) -> SpecProblem:
             prompt_tokens=_whole(row, "prompt_tokens", where),
             output_tokens=_whole(row, "output_tokens", where),
             prefix_cache_hit_rate=hit,
-            residence_s=None if residence is None else _non_negative(residence, where),
-            max_spill_rtt_ms=None if spill is None else _non_negative(spill, where),
+            residence_s=(
+                None if residence is None else _non_negative(residence, f"{where}.residence_s")
+            ),
+            max_spill_rtt_ms=(
+                None if spill is None else _non_negative(spill, f"{where}.max_spill_rtt_ms")
+            ),
             promise=str(promise),
             priority=int(priority),
         )

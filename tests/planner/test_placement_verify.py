@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from planner.errors import PlannerInputError
+from planner.placement import parse_problem
 from planner.placement.verify import read_spec_problem, verify
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "placement"
@@ -355,6 +356,8 @@ def test_reader_applies_the_spec_defaults() -> None:
         (("demands", 0, "prompt_tokens"), -5, "demands[0].prompt_tokens"),
         (("demands", 0, "burst"), 0.9, "demands[0].burst"),
         (("demands", 0, "prefix_cache_hit_rate"), 1.2, "demands[0].prefix_cache_hit_rate"),
+        (("demands", 0, "residence_s"), -1.0, "demands[0].residence_s"),
+        (("demands", 0, "promise"), "always", "demands[0].promise"),
         (("shapes", 0, "target_utilization"), 0.0, "shapes[0].target_utilization"),
         (("shapes", 0, "accelerator"), "tpu", "shapes[0].accelerator"),
         (("inventory", 0, "zone"), "r9-a", "inventory[0].zone"),
@@ -386,3 +389,32 @@ def test_reader_rejects_duplicates() -> None:
     with pytest.raises(PlannerInputError) as caught:
         read_spec_problem(problem)
     assert caught.value.argument == "regions[0].zones[3]"
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("demands", 0, "priority"), 1.5),
+        (("demands", 0, "max_spill_rtt_ms"), -5),
+        (("demands", 0, "residence_s"), -1.0),
+        (("shapes", 0, "gpus"), 0),
+        (("shapes", 0, "decode_tokens_per_s"), 0),
+        (("shapes", 0, "max_concurrency"), -1),
+        (("regions", 0, "price_multiplier"), -1),
+        (("accelerators", 0, "price_per_gpu_hour"), -1),
+        (("inventory", 0, "gpus"), 2.5),
+        (("demands", 0, "allowed_regions"), []),
+    ],
+)
+def test_reader_and_solver_parser_name_the_same_field(path: tuple[Any, ...], value: Any) -> None:
+    # Two independent readings of the contract must refuse the same input for the same reason.
+    problem = load("sizing-base")
+    target: Any = problem
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(PlannerInputError) as ours:
+        read_spec_problem(problem)
+    with pytest.raises(PlannerInputError) as theirs:
+        parse_problem(problem)
+    assert ours.value.argument == theirs.value.argument
