@@ -44,6 +44,8 @@ INSTALLED_APPS = [
     "controlplane.plans",
     "django_celery_beat",
     "controlplane.telemetry",
+    "controlplane.benchmarks",
+    "controlplane.emission",
 ]
 
 MIDDLEWARE = [
@@ -129,6 +131,7 @@ SPECTACULAR_SETTINGS = {
         "RunStatusEnum": "controlplane.telemetry.models.RunStatus",
         "DriftAlertStatusEnum": "controlplane.telemetry.models.DriftAlert.Status",
         "HistoryEntryKindEnum": "controlplane.api.history.CHANGE_KIND_CHOICES",
+        "OutboxEntryStatusEnum": "controlplane.emission.models.OutboxEntry.Status",
     },
 }
 

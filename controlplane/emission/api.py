@@ -1,0 +1,191 @@
+"""REST API of emission: sinks (any role reads, policy-admin writes) and the outbox (read, and
+a retry of failed rows for policy-admin).
+
+A sink's secret is write-only: responses carry ``secret_set`` and ``secret_hint`` (a mask and
+the last characters), never the value; an update without ``secret`` keeps the current one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.api import filters as api_filters
+from controlplane.api.permissions import POLICY_ADMIN, ROLES, RolePermission
+from controlplane.api.serializers import RecordSerializer
+from controlplane.api.viewsets import ID_PATTERN, RecordViewSet
+from controlplane.emission import services
+from controlplane.emission.models import AllocationSink, DeliveryAttempt, OutboxEntry
+
+
+class AllocationSinkSerializer(RecordSerializer):
+    secret = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        max_length=256,
+        trim_whitespace=False,
+        style={"input_type": "password"},
+        help_text="Webhook HMAC key. Write-only; omit it on update to keep the current one.",
+    )
+    secret_set = serializers.SerializerMethodField()
+    secret_hint = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = AllocationSink
+        fields = (
+            "id",
+            "kind",
+            "name",
+            "enabled",
+            "url",
+            "secret",
+            "secret_set",
+            "secret_hint",
+            "directory",
+            "timeout_s",
+            "namespace",
+            "container_image",
+            "kubectl_apply",
+            "kubectl_context",
+            "created_at",
+            "updated_at",
+        )
+        read_only_fields = ("created_at", "updated_at")
+
+    def get_secret_set(self, sink: AllocationSink) -> bool:
+        return bool(sink.secret)
+
+    def validate_secret(self, value: str) -> str:
+        if "\x00" in value:
+            raise ValidationError("The secret may not contain NUL.")
+        return value
+
+
+class SinkFilter(django_filters.FilterSet):
+    class Meta:
+        model = AllocationSink
+        fields = ("kind", "enabled")
+
+
+class AllocationSinkViewSet(RecordViewSet):
+    queryset = AllocationSink.objects.all()
+    serializer_class = AllocationSinkSerializer
+    filterset_class = SinkFilter
+    search_fields = ("name", "url", "directory")
+    ordering_fields = ("id", "name", "kind", "enabled")
+
+
+class DeliveryAttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = DeliveryAttempt
+        fields = (
+            "number",
+            "dispatcher",
+            "started_at",
+            "finished_at",
+            "outcome",
+            "status_code",
+            "error",
+        )
+
+
+class OutboxEntrySerializer(serializers.ModelSerializer):
+    plan_version = serializers.IntegerField(source="plan.version", read_only=True)
+    sink_name = serializers.CharField(source="sink.name", read_only=True)
+
+    class Meta:
+        model = OutboxEntry
+        fields = (
+            "id",
+            "plan",
+            "plan_version",
+            "sink",
+            "sink_name",
+            "region",
+            "idempotency_key",
+            "status",
+            "attempts",
+            "next_attempt_at",
+            "last_attempt_at",
+            "last_error",
+            "delivered_at",
+            "created_at",
+            "updated_at",
+            "payload",
+        )
+        read_only_fields = fields
+
+
+class OutboxEntryDetailSerializer(OutboxEntrySerializer):
+    attempt_log = DeliveryAttemptSerializer(many=True, read_only=True)
+
+    class Meta(OutboxEntrySerializer.Meta):
+        fields = (*OutboxEntrySerializer.Meta.fields, "attempt_log")
+        read_only_fields = fields
+
+
+class OutboxFilter(django_filters.FilterSet):
+    plan_version = django_filters.NumberFilter(field_name="plan__version")
+
+    class Meta:
+        model = OutboxEntry
+        fields = ("status", "sink", "plan", "region")
+
+
+class OutboxEntryViewSet(viewsets.ReadOnlyModelViewSet):
+    """Outbox rows, newest first; ``?status=failed`` lists what needs attention."""
+
+    permission_classes = [RolePermission]
+    read_roles = frozenset(ROLES)
+    write_roles = frozenset({POLICY_ADMIN})
+    queryset = OutboxEntry.objects.select_related("plan", "sink")
+    serializer_class = OutboxEntrySerializer
+    filterset_class = OutboxFilter
+    filter_backends = RecordViewSet.filter_backends
+    pagination_class = api_filters.RecordPagination
+    lookup_value_regex = ID_PATTERN
+    search_fields = ("idempotency_key", "region")
+    ordering_fields = ("id", "created_at", "next_attempt_at", "status", "attempts")
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        # As on every record endpoint: PostgreSQL text cannot hold NUL, so refuse it here.
+        for key, values in request.query_params.lists():
+            if "\x00" in key or any("\x00" in value for value in values):
+                raise ValidationError(
+                    {key.replace("\x00", ""): ["Query parameters may not contain NUL."]}
+                )
+
+    def get_queryset(self) -> Any:
+        queryset = super().get_queryset()
+        if self.action == "retrieve":
+            queryset = queryset.prefetch_related("attempt_log")
+        return queryset
+
+    def get_serializer_class(self) -> Any:
+        if self.action in ("retrieve", "retry"):
+            return OutboxEntryDetailSerializer
+        return OutboxEntrySerializer
+
+    @extend_schema(
+        summary="Queue a failed delivery again",
+        description="Only failed rows can be retried; others answer 400 and stay as they are.",
+        request=None,
+        responses=OutboxEntryDetailSerializer,
+    )
+    @action(detail=True, methods=["post"])
+    def retry(self, request: Request, pk: str) -> Response:
+        entry = self.get_object()
+        if not services.outbox_entry_retry(entry=entry):
+            raise ValidationError(
+                {"status": [f"Only failed rows can be retried, not {entry.status} ones."]}
+            )
+        return Response(self.get_serializer(entry).data)

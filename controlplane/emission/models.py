@@ -1,0 +1,262 @@
+"""Emission: where activated plans go, and the outbox that takes them there.
+
+- ``AllocationSink`` is one configured destination: an HTTP webhook (signed), a folder of JSON
+  files, or a folder of Kubernetes manifests (optionally applied with kubectl). Its secret is
+  write-only: the admin and the API show a hint, never the value, and its history leaves it out.
+- ``OutboxEntry`` is one region's allocation for one sink, written in the same transaction as
+  the plan's activation, so a plan is emitted if and only if it was activated. Dispatchers
+  claim due rows with a conditional UPDATE (see ``OutboxEntryQuerySet.claimable``) and record
+  the outcome only while their claim holds, so two dispatchers never deliver one row at once.
+- ``DeliveryAttempt`` logs each attempt: when, by which dispatcher, the outcome, the HTTP
+  status and the error. Outbox rows change by conditional UPDATEs, which model history cannot
+  see; this log is their audit trail.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from simple_history.models import HistoricalRecords
+
+from controlplane.emission.conf import emission_settings
+from controlplane.plans.models import Plan
+
+# Webhook secrets are HMAC keys: shorter than this is guessable offline from one signed body.
+MIN_SECRET_LENGTH = 16
+# How many trailing characters of a secret the admin and the API show, to tell secrets apart.
+SECRET_HINT_CHARS = 4
+# A sink's timeout bounds one delivery attempt, seconds.
+MAX_TIMEOUT_S = 300.0
+
+_DNS_LABEL = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+    "A Kubernetes namespace: lower-case letters, digits and '-', at most 63 characters.",
+)
+_SINK_NAME = RegexValidator(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+    "Use letters, digits and . _ - (starting with a letter or digit).",
+)
+_DIRECTORY_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+
+
+def _finite_timeout(value: float) -> None:
+    # NaN passes every range check; refuse it explicitly.
+    if value != value:
+        raise ValidationError("Must be a number.")
+
+
+class AllocationSink(models.Model):
+    class Kind(models.TextChoices):
+        WEBHOOK = "webhook", "HTTP webhook"
+        FILES = "files", "JSON files"
+        KUBERNETES = "kubernetes", "Kubernetes manifests"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    name = models.CharField(max_length=64, unique=True, validators=[_SINK_NAME])
+    enabled = models.BooleanField(
+        default=True, help_text="Disabled sinks get no new outbox rows; queued rows still go."
+    )
+    url = models.URLField(
+        max_length=500, blank=True, help_text="Webhook: where allocations are POSTed."
+    )
+    secret = models.CharField(
+        max_length=256,
+        blank=True,
+        help_text=(
+            f"Webhook: the HMAC-SHA256 key (at least {MIN_SECRET_LENGTH} characters). "
+            "Write-only: never shown back."
+        ),
+    )
+    directory = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text=(
+            "Files and Kubernetes: folder relative to HEADROOM_EMISSION_ROOT (e.g. "
+            "'allocations/prod'); created on first delivery."
+        ),
+    )
+    timeout_s = models.FloatField(
+        default=10.0,
+        validators=[_finite_timeout, MinValueValidator(0.1), MaxValueValidator(MAX_TIMEOUT_S)],
+        help_text="Longest one delivery attempt may take, seconds (HTTP request or kubectl).",
+    )
+    namespace = models.CharField(
+        max_length=63,
+        blank=True,
+        default="default",
+        validators=[_DNS_LABEL],
+        help_text="Kubernetes: namespace of the emitted Deployments and autoscalers.",
+    )
+    container_image = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text="Kubernetes: the model server image each Deployment runs.",
+    )
+    kubectl_apply = models.BooleanField(
+        default=False,
+        help_text="Kubernetes: also run 'kubectl apply' on each written file.",
+    )
+    kubectl_context = models.CharField(
+        max_length=128,
+        blank=True,
+        help_text="Kubernetes: the kubeconfig context to apply to (empty: the current one).",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # The secret stays out of the audit trail: history rows are readable by every role.
+    history = HistoricalRecords(excluded_fields=["secret"])
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.get_kind_display()})"
+
+    @property
+    def secret_hint(self) -> str:
+        """'' when no secret is set, else a mask ending in the secret's last characters."""
+        if not self.secret:
+            return ""
+        return "•" * 8 + self.secret[-SECRET_HINT_CHARS:]
+
+    def clean(self) -> None:
+        super().clean()
+        errors: dict[str, str] = {}
+        if self.kind == self.Kind.WEBHOOK:
+            if not self.url:
+                errors["url"] = "A webhook sink needs a URL."
+            elif urlsplit(self.url).scheme not in ("http", "https"):
+                errors["url"] = "Use an http:// or https:// URL."
+            if len(self.secret) < MIN_SECRET_LENGTH:
+                errors["secret"] = (
+                    f"A webhook sink needs a secret of at least {MIN_SECRET_LENGTH} characters."
+                )
+        else:
+            problem = directory_problem(self.directory)
+            if problem:
+                errors["directory"] = problem
+        if self.kind == self.Kind.KUBERNETES:
+            if not self.namespace:
+                errors["namespace"] = "A Kubernetes sink needs a namespace."
+            if not self.container_image.strip():
+                errors["container_image"] = "A Kubernetes sink needs a container image."
+        if errors:
+            raise ValidationError(errors)
+
+    def resolved_directory(self) -> Path:
+        """The sink's folder: ``directory`` under the configured emission root."""
+        problem = directory_problem(self.directory)
+        if problem:
+            raise ValueError(f"sink {self.name!r}: {problem}")
+        return emission_settings().root / Path(*PurePosixPath(self.directory).parts)
+
+
+def directory_problem(directory: str) -> str:
+    """Why ``directory`` cannot name a sink folder under the emission root, or ''."""
+    if not directory:
+        return "File and Kubernetes sinks need a directory."
+    path = PurePosixPath(directory)
+    if path.is_absolute() or "\\" in directory:
+        return "Give a folder relative to HEADROOM_EMISSION_ROOT, with '/' between parts."
+    if not all(_DIRECTORY_PART.match(part) for part in path.parts):
+        return "Use letters, digits and . _ - in each part; '..' and hidden parts are refused."
+    if str(path) != directory:
+        return f"Write the folder plainly, as {str(path)!r}."
+    return ""
+
+
+class OutboxEntryQuerySet(models.QuerySet["OutboxEntry"]):
+    def claimable(self, now: datetime) -> OutboxEntryQuerySet:
+        """Rows a dispatcher may claim now: pending and due, or delivering under a claim that
+        has expired (its dispatcher died or hung)."""
+        return self.filter(
+            Q(status=OutboxEntry.Status.PENDING, next_attempt_at__lte=now)
+            | Q(status=OutboxEntry.Status.DELIVERING, claim_expires_at__lt=now)
+        )
+
+    def held_by(self, claim: str) -> OutboxEntryQuerySet:
+        """The row(s) still being delivered under ``claim``: the only ones it may finish."""
+        return self.filter(status=OutboxEntry.Status.DELIVERING, claimed_by=claim)
+
+
+class OutboxEntry(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending", "pending"
+        DELIVERING = "delivering", "delivering"
+        DELIVERED = "delivered", "delivered"
+        FAILED = "failed", "failed"
+        SUPERSEDED = "superseded", "superseded (a newer plan was queued first)"
+
+    plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="outbox_entries")
+    sink = models.ForeignKey(
+        AllocationSink, on_delete=models.PROTECT, related_name="outbox_entries"
+    )
+    region = models.CharField(max_length=64)
+    payload = models.JSONField(help_text="The region's allocation document (see docs).")
+    idempotency_key = models.CharField(max_length=200, unique=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    claimed_by = models.CharField(max_length=128, blank=True)
+    claim_expires_at = models.DateTimeField(null=True, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = OutboxEntryQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        verbose_name = "outbox entry"
+        verbose_name_plural = "outbox entries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["plan", "sink", "region"], name="unique_outbox_plan_sink_region"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"], name="outbox_due"),
+            models.Index(fields=["sink", "region", "status"], name="outbox_sink_region"),
+        ]
+
+    def __str__(self) -> str:
+        return f"plan v{self.plan.version} → {self.sink.name} / {self.region} ({self.status})"
+
+
+class DeliveryAttempt(models.Model):
+    class Outcome(models.TextChoices):
+        DELIVERED = "delivered", "delivered"
+        RETRY = "retry", "failed, will retry"
+        FAILED = "failed", "failed, not retried"
+        LOST_CLAIM = "lost-claim", "finished after its claim expired"
+
+    entry = models.ForeignKey(OutboxEntry, on_delete=models.CASCADE, related_name="attempt_log")
+    number = models.PositiveIntegerField(help_text="1 for the first attempt.")
+    dispatcher = models.CharField(max_length=128)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    status_code = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="The webhook's HTTP status, when it answered."
+    )
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of outbox entry {self.entry_id}: {self.outcome}"
+
+    @property
+    def duration_ms(self) -> float:
+        return (self.finished_at - self.started_at).total_seconds() * 1000.0

@@ -1,0 +1,284 @@
+"""File and Kubernetes sinks: the files they write, atomically and idempotently, the manifests'
+replicas, autoscaler bounds and behaviour (parsed back with PyYAML), and the kubectl call."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from controlplane.emission import services
+from controlplane.emission.models import AllocationSink, OutboxEntry
+from controlplane.emission.sinks import Delivery, Outcome, files, kubernetes, safe_name
+from controlplane.plans.models import Plan
+from tests.controlplane.emission_support import files_sink, kubernetes_sink, make_plan
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def root(settings: Any, tmp_path: Path) -> Path:
+    settings.HEADROOM_EMISSION_ROOT = str(tmp_path)
+    return tmp_path
+
+
+def emit(plan: Plan) -> None:
+    with transaction.atomic():
+        services.outbox_enqueue_for_plan(plan=plan)
+    report = services.outbox_dispatch()
+    assert report.failed == report.retrying == 0, report.errors
+
+
+def manifests(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    return {(d["kind"], d["metadata"]["annotations"]["headroom.io/shape"]): d for d in documents}
+
+
+# -- JSON files ------------------------------------------------------------------------------
+
+
+def test_files_sink_writes_one_json_file_per_region(root: Path) -> None:
+    files_sink("out/prod")
+    emit(make_plan(5))
+    folder = root / "out" / "prod"
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == [
+        "ap.json",
+        "eu.json",
+        "us.json",
+    ]
+    eu = json.loads((folder / "eu.json").read_text())
+    assert eu == OutboxEntry.objects.get(region="eu").payload
+    assert eu["plan"]["version"] == 5 and eu["region"] == "eu"
+    # No temporary file is left behind.
+    assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_files_sink_is_idempotent_and_never_rolls_a_region_back(root: Path) -> None:
+    sink = files_sink()
+    emit(make_plan(1))
+    path = root / "allocations" / "eu.json"
+    written = path.read_bytes()
+    mtime = path.stat().st_mtime_ns
+
+    entry = OutboxEntry.objects.get(region="eu")
+    delivery = Delivery(entry.idempotency_key, "eu", entry.payload)
+    again = files.deliver(sink, delivery)
+    assert (again.outcome, again.detail) == (Outcome.DELIVERED, "eu.json unchanged")
+    assert path.read_bytes() == written and path.stat().st_mtime_ns == mtime
+
+    emit(make_plan(2, state=Plan.State.PROPOSED, scale=2))
+    assert json.loads(path.read_text())["plan"]["version"] == 2
+    # A late retry of plan 1 is acknowledged but leaves plan 2 in place.
+    late = files.deliver(sink, delivery)
+    assert late.outcome is Outcome.DELIVERED and "already holds plan v2" in late.detail
+    assert json.loads(path.read_text())["plan"]["version"] == 2
+
+
+def test_files_sink_replaces_by_rename(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sink = files_sink()
+    emit(make_plan(1))
+    path = root / "allocations" / "us.json"
+    before = path.read_bytes()
+    # A crash between writing the temporary file and the rename leaves the old file whole.
+    monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError("crash")))
+    result = files.deliver(
+        sink, Delivery("k", "us", {"plan": {"version": 9}, "region": "us", "shapes": []})
+    )
+    assert result.outcome is Outcome.RETRY and "crash" in result.error
+    assert path.read_bytes() == before
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_region_names_that_are_not_file_stems_are_sanitised(root: Path) -> None:
+    sink = files_sink()
+    result = files.deliver(
+        sink, Delivery("k", "eu/../../etc", {"plan": {"version": 1}, "region": "eu/../../etc"})
+    )
+    assert result.outcome is Outcome.DELIVERED
+    (written,) = [p for p in (root / "allocations").iterdir() if p.suffix == ".json"]
+    assert written.name == f"{safe_name('eu/../../etc')}.json"
+    assert written.name.startswith("eu-etc-")
+
+
+@pytest.mark.parametrize(
+    "directory", ["", "/etc", "../outside", "a/../../b", ".hidden", "a\\b", "a//b/."]
+)
+def test_sink_directories_stay_under_the_emission_root(directory: str) -> None:
+    sink = AllocationSink(kind=AllocationSink.Kind.FILES, name="x", directory=directory)
+    with pytest.raises(ValidationError) as error:
+        sink.full_clean()
+    assert "directory" in error.value.message_dict
+
+
+# -- Kubernetes ------------------------------------------------------------------------------
+
+
+def test_kubernetes_sink_writes_a_deployment_and_autoscaler_per_region_and_shape(
+    root: Path,
+) -> None:
+    kubernetes_sink()
+    emit(make_plan(4))
+    folder = root / "manifests"
+    assert sorted(p.name for p in folder.glob("*.yaml")) == ["ap.yaml", "eu.yaml", "us.yaml"]
+
+    us = manifests(folder / "us.yaml")
+    assert set(us) == {("Deployment", "m/gpu80x1"), ("HorizontalPodAutoscaler", "m/gpu80x1")}
+    deployment = us[("Deployment", "m/gpu80x1")]
+    assert deployment["apiVersion"] == "apps/v1"
+    assert deployment["metadata"]["namespace"] == "inference"
+    assert deployment["spec"]["replicas"] == 18
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "registry.example/vllm:0.8"
+    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    zones = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert zones["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["us-a", "us-b"]
+    assert pod["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert deployment["spec"]["template"]["metadata"]["labels"].items() >= selector.items()
+
+    hpa = us[("HorizontalPodAutoscaler", "m/gpu80x1")]
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": deployment["metadata"]["name"],
+    }
+    # The seeds: minReplicas is the standing floor (12), maxReplicas bounded by inventory.
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (12, 40)
+    assert hpa["spec"]["metrics"] == [
+        {
+            "type": "Pods",
+            "pods": {
+                "metric": {"name": "llm_inflight_requests"},
+                "target": {"type": "AverageValue", "averageValue": "3500m"},
+            },
+        }
+    ]
+    assert hpa["spec"]["behavior"] == {
+        "scaleUp": {
+            "stabilizationWindowSeconds": 0,
+            "policies": [{"type": "Percent", "value": 100, "periodSeconds": 60}],
+        },
+        "scaleDown": {
+            "stabilizationWindowSeconds": 600,
+            "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}],
+        },
+    }
+
+
+def test_kubernetes_zone_promise_and_shape_without_an_inflight_target(root: Path) -> None:
+    kubernetes_sink()
+    emit(make_plan(4))
+    eu = manifests(root / "manifests" / "eu.yaml")
+    chat = eu[("HorizontalPodAutoscaler", "m/gpu80x1")]["spec"]
+    assert (chat["minReplicas"], chat["maxReplicas"]) == (18, 114)
+    assert eu[("Deployment", "m/gpu80x1")]["spec"]["replicas"] == 27
+    batch = eu[("Deployment", "m/gpu80x2")]
+    assert batch["spec"]["replicas"] == 3
+    assert batch["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/gpu": 2
+    }
+    # No routed demand of the batch shape gives a residence time: no autoscaler, and why.
+    assert ("HorizontalPodAutoscaler", "m/gpu80x2") not in eu
+    assert batch["metadata"]["annotations"]["headroom.io/autoscaling"].startswith("none")
+    names = {d["metadata"]["name"] for d in eu.values()}
+    assert len(names) == 2 and all(len(n) <= 52 and n == n.lower() for n in names)
+
+
+def test_kubernetes_empty_region_file_has_no_objects_and_names_its_plan(root: Path) -> None:
+    kubernetes_sink()
+    emit(make_plan(4))
+    text = (root / "manifests" / "ap.yaml").read_text()
+    assert text.startswith("# headroom-allocation plan-version=4 region=ap")
+    assert [d for d in yaml.safe_load_all(text) if d is not None] == []
+
+
+def test_kubernetes_file_is_rewritten_whole_and_never_rolled_back(root: Path) -> None:
+    sink = kubernetes_sink()
+    emit(make_plan(1))
+    path = root / "manifests" / "us.yaml"
+    entry = OutboxEntry.objects.get(region="us")
+    emit(make_plan(2, state=Plan.State.PROPOSED, scale=2))
+    assert manifests(path)[("Deployment", "m/gpu80x1")]["spec"]["replicas"] == 36
+    late = kubernetes.deliver(sink, Delivery(entry.idempotency_key, "us", entry.payload))
+    assert "already holds plan v2" in late.detail
+    assert manifests(path)[("Deployment", "m/gpu80x1")]["spec"]["replicas"] == 36
+
+
+def _fake_kubectl(folder: Path, exit_code: int = 0) -> Path:
+    """A kubectl stand-in that records its arguments, one call per line."""
+    script = folder / "kubectl"
+    log = folder / "kubectl.log"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> "{log}"\n'
+        + ('echo "connection refused" >&2\n' if exit_code else "")
+        + f"exit {exit_code}\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script
+
+
+def test_kubectl_applies_with_prune_over_the_regions_labels(
+    root: Path, settings: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    bin_dir = tmp_path_factory.mktemp("bin")
+    settings.HEADROOM_KUBECTL = str(_fake_kubectl(bin_dir))
+    sink = kubernetes_sink(apply=True)
+    sink.kubectl_context = "eu-cluster"
+    sink.save()
+    emit(make_plan(4))
+    calls = sorted((bin_dir / "kubectl.log").read_text().splitlines())
+    assert len(calls) == 3
+    (ap,) = [c for c in calls if "delete" in c]
+    assert ap.startswith("--context eu-cluster delete deployments.apps,horizontalpodautoscalers")
+    assert "--selector headroom.io/region=ap,app.kubernetes.io/managed-by=headroom" in ap
+    (us,) = [c for c in calls if "us.yaml" in c]
+    assert f"apply --filename {root / 'manifests' / 'us.yaml'} --prune" in us
+    assert "--selector headroom.io/region=us,app.kubernetes.io/managed-by=headroom" in us
+    assert "--prune-allowlist=autoscaling/v2/HorizontalPodAutoscaler" in us
+
+
+def test_kubectl_failure_is_retried_and_a_missing_kubectl_fails(
+    root: Path, settings: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    bin_dir = tmp_path_factory.mktemp("bin")
+    settings.HEADROOM_KUBECTL = str(_fake_kubectl(bin_dir, exit_code=1))
+    kubernetes_sink(apply=True)
+    with transaction.atomic():
+        services.outbox_enqueue_for_plan(plan=make_plan(4))
+    report = services.outbox_dispatch()
+    assert report.retrying == 3
+    entry = OutboxEntry.objects.get(region="eu")
+    assert entry.status == "pending" and "connection refused" in entry.last_error
+
+    settings.HEADROOM_KUBECTL = str(bin_dir / "no-such-kubectl")
+    sink = AllocationSink.objects.get()
+    result = kubernetes.deliver(sink, Delivery("k", "eu", entry.payload))
+    assert result.outcome is Outcome.FAILED and "kubectl not found" in result.error
+
+
+def test_kubernetes_sink_needs_namespace_and_image() -> None:
+    sink = AllocationSink(
+        kind=AllocationSink.Kind.KUBERNETES, name="k", directory="m", namespace="Bad_NS"
+    )
+    with pytest.raises(ValidationError) as error:
+        sink.full_clean()
+    assert {"namespace", "container_image"} <= set(error.value.message_dict)
+
+
+def test_safe_names_are_dns_labels_and_distinct() -> None:
+    assert safe_name("eu-west") == "eu-west"
+    a, b = safe_name("m/gpu80x1"), safe_name("m-gpu80x1")
+    assert a != b and b == "m-gpu80x1"
+    long = safe_name("x" * 100, 52)
+    assert len(long) <= 52
+    assert kubernetes.milli_quantity(3.5) == "3500m"
+    assert kubernetes.milli_quantity(0.0001) == "1m"
