@@ -44,7 +44,6 @@ INSTALLED_APPS = [
     "controlplane.plans",
     "django_celery_beat",
     "controlplane.telemetry",
-    "controlplane.benchmarks",
     "controlplane.emission",
 ]
 
