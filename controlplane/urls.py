@@ -6,5 +6,6 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/telemetry/", include("controlplane.telemetry.urls")),
+    path("api/emission/", include("controlplane.emission.urls")),
     path("api/", include("controlplane.api.urls")),
 ]

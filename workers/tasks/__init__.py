@@ -1,6 +1,7 @@
 """Celery tasks. Each module is imported here so that ``app.autodiscover_tasks`` (which imports
 ``workers.tasks``) registers every task."""
 
+from workers.tasks import emission as emission
 from workers.tasks import telemetry as telemetry
 
-__all__ = ["telemetry"]
+__all__ = ["emission", "telemetry"]
