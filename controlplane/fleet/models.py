@@ -192,7 +192,23 @@ class LlmModel(models.Model):
     kv_bytes_per_element = models.FloatField(
         default=2.0, validators=[_positive], help_text="2 for a bf16 KV cache, 1 for fp8."
     )
+    # The rest of the architecture, which the engine benchmark builds the model from (random
+    # weights of these dimensions). Optional: weight and KV memory need only the fields above.
+    hidden_size = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Model width."
+    )
+    intermediate_size = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)], help_text="MLP width."
+    )
+    attention_heads = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Query heads."
+    )
+    vocab_size = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Tokens."
+    )
     history = HistoricalRecords()
+
+    ARCHITECTURE_FIELDS = ("hidden_size", "intermediate_size", "attention_heads", "vocab_size")
 
     class Meta:
         ordering = ["name"]
@@ -200,6 +216,35 @@ class LlmModel(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def has_architecture(self) -> bool:
+        """Whether every dimension the engine benchmark needs is known."""
+        return all(getattr(self, name) is not None for name in self.ARCHITECTURE_FIELDS)
+
+    def clean(self) -> None:
+        given = [name for name in self.ARCHITECTURE_FIELDS if getattr(self, name) is not None]
+        if given and len(given) != len(self.ARCHITECTURE_FIELDS):
+            missing = [name for name in self.ARCHITECTURE_FIELDS if name not in given]
+            raise ValidationError(
+                {
+                    name: (
+                        "Give hidden size, intermediate size, attention heads and vocabulary "
+                        "size together, or none of them."
+                    )
+                    for name in missing
+                }
+            )
+        heads, kv_heads = self.attention_heads, self.kv_heads
+        if heads and kv_heads and heads % kv_heads != 0:
+            raise ValidationError(
+                {
+                    "attention_heads": (
+                        f"{heads} attention heads do not split into groups of the {kv_heads} "
+                        "KV heads: the attention heads must be a multiple of the KV heads."
+                    )
+                }
+            )
 
     @property
     def weight_bytes(self) -> float:
