@@ -62,7 +62,7 @@ class TelemetryPullAdmin(ReadOnlyAdmin):
 
 class ObservedWorkloadInline(admin.TabularInline):  # type: ignore[type-arg]
     model = ObservedWorkload
-    fields = [
+    fields: list[str] = [
         "tenant",
         "model",
         "region",
@@ -76,7 +76,7 @@ class ObservedWorkloadInline(admin.TabularInline):  # type: ignore[type-arg]
         "ttft_p95_s",
         "residence_s",
     ]
-    readonly_fields = fields
+    readonly_fields = list(fields)
     extra = 0
     can_delete = False
     show_change_link = True
@@ -194,7 +194,7 @@ class DriftAlertAdmin(SimpleHistoryAdmin):
         done = skipped = 0
         for alert in queryset:
             try:
-                services.drift_alert_acknowledge(alert=alert, user=request.user)  # type: ignore[arg-type]
+                services.drift_alert_acknowledge(alert=alert, user=request.user)
             except ValidationError:
                 skipped += 1
             else:

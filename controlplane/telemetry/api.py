@@ -35,7 +35,7 @@ from controlplane.telemetry.models import (
 # -- serializers ----------------------------------------------------------------------------------
 
 
-class TelemetryPullSerializer(serializers.ModelSerializer):
+class TelemetryPullSerializer(serializers.ModelSerializer[TelemetryPull]):
     duration_s = serializers.FloatField(read_only=True, allow_null=True)
 
     class Meta:
@@ -61,7 +61,7 @@ class TelemetryPullSerializer(serializers.ModelSerializer):
         ]
 
 
-class ProfileDerivationSerializer(serializers.ModelSerializer):
+class ProfileDerivationSerializer(serializers.ModelSerializer[ProfileDerivation]):
     class Meta:
         model = ProfileDerivation
         fields = [
@@ -82,7 +82,7 @@ class ProfileDerivationSerializer(serializers.ModelSerializer):
         ]
 
 
-class ObservedWorkloadSerializer(serializers.ModelSerializer):
+class ObservedWorkloadSerializer(serializers.ModelSerializer[ObservedWorkload]):
     class Meta:
         model = ObservedWorkload
         fields = [
@@ -115,11 +115,19 @@ class ObservedWorkloadSerializer(serializers.ModelSerializer):
         ]
 
 
-class TelemetryProfileSerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    model = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    workload_class = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    region = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class TelemetryProfileSerializer(serializers.ModelSerializer[WorkloadProfile]):
+    tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    model: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    workload_class: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    region: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
 
     class Meta:
         model = WorkloadProfile
@@ -146,7 +154,7 @@ class TelemetryProfileSerializer(serializers.ModelSerializer):
         ]
 
 
-class TelemetrySeriesSerializer(serializers.ModelSerializer):
+class TelemetrySeriesSerializer(serializers.ModelSerializer[TelemetrySeries]):
     class Meta:
         model = TelemetrySeries
         fields = [
@@ -162,18 +170,30 @@ class TelemetrySeriesSerializer(serializers.ModelSerializer):
         ]
 
 
-class SampleSerializer(serializers.Serializer):
+class SampleSerializer(serializers.Serializer[dict[str, Any]]):
     bucket_start = serializers.DateTimeField()
     value = serializers.FloatField()
 
 
-class DriftAlertSerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    model = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    region = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    workload_class = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    shape = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    acknowledged_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+class DriftAlertSerializer(serializers.ModelSerializer[DriftAlert]):
+    tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    model: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    region: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    workload_class: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    shape: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    acknowledged_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     replica_delta = serializers.IntegerField(read_only=True, allow_null=True)
 
     class Meta:
@@ -210,7 +230,7 @@ class DriftAlertSerializer(serializers.ModelSerializer):
 # -- views ----------------------------------------------------------------------------------------
 
 
-class TelemetryReadViewSet(viewsets.ReadOnlyModelViewSet):
+class TelemetryReadViewSet(viewsets.ReadOnlyModelViewSet[Any]):
     """List and retrieve; any role reads."""
 
     permission_classes = [RolePermission]

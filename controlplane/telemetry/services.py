@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
@@ -195,14 +195,13 @@ def pull_window(
         return _utc(math.floor(moment.timestamp() / width) * width)
 
     end = floor(window_end if window_end is not None else now - timedelta(seconds=conf.lag_s))
+    last = selectors.last_pulled_until(bucket_s=width)
     if window_start is not None:
         start = floor(window_start)
+    elif last is not None:
+        start = max(floor(last), floor(end - timedelta(seconds=conf.max_catchup_s)))
     else:
-        last = selectors.last_pulled_until(bucket_s=width)
-        earliest = end - timedelta(seconds=conf.max_catchup_s)
-        start = max(floor(last), floor(earliest)) if last is not None else None
-        if start is None:
-            start = floor(end - timedelta(seconds=conf.lookback_s))
+        start = floor(end - timedelta(seconds=conf.lookback_s))
     return min(start, end), end
 
 
@@ -679,7 +678,7 @@ def _resolve(
         missing.append(f"region: {labels.region}")
     if cls is None and class_label:
         missing.append(f"workload class: {labels.workload_class}")
-    if missing:
+    if missing or tenant is None or model is None or region is None:
         return missing
     if cls is None:
         cls, _ = WorkloadClass.objects.get_or_create(
@@ -762,13 +761,13 @@ def _derive(
         except NotEnoughData as exc:
             skipped.append({"series": str(labels), "reason": str(exc)})
             continue
-        resolved = _resolve(labels, names, class_label)
-        if isinstance(resolved, list):
-            unknown.update(resolved)
-            skipped.append({"series": str(labels), "reason": "unknown " + "; ".join(resolved)})
+        found = _resolve(labels, names, class_label)
+        if isinstance(found, list):
+            unknown.update(found)
+            skipped.append({"series": str(labels), "reason": "unknown " + "; ".join(found)})
             measured.append((obs, None))
         else:
-            measured.append((obs, resolved))
+            measured.append((obs, found))
 
     # Each pool's token shares as they stand before this run writes anything: a tenant's
     # share is compared pool state to pool state, not against the others' new figures.
@@ -969,7 +968,7 @@ def _threshold(kind: str, thresholds: DriftThresholds) -> float:
         DriftAlert.Kind.OUTPUT_MEAN: thresholds.output_mean_rel,
         DriftAlert.Kind.CACHE_HIT_RATE: thresholds.cache_hit_rate_abs,
         DriftAlert.Kind.TOKEN_SHARE: thresholds.token_share_abs,
-    }[kind]
+    }[DriftAlert.Kind(kind)]
 
 
 def _relative(kind: str) -> bool:
@@ -1139,7 +1138,9 @@ def drift_message(
     )
 
 
-def drift_alert_acknowledge(*, alert: DriftAlert, user: AbstractBaseUser | None) -> DriftAlert:
+def drift_alert_acknowledge(
+    *, alert: DriftAlert, user: AbstractBaseUser | AnonymousUser | None
+) -> DriftAlert:
     """Mark an open alert as seen by ``user``; acknowledging twice changes nothing.
 
     A resolved alert cannot be acknowledged (``ValidationError`` on ``status``).

@@ -98,7 +98,9 @@ def fake_prometheus() -> Iterator[FakePrometheus]:
             return
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     fake.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:

@@ -39,7 +39,7 @@ BUCKET_S = 5
 # A fleet 100 times the scenario's (same load per replica): a 20-second window then holds
 # thousands of requests per tenant, so sample means sit within a few percent of the truth.
 RATE_SCALE = 100
-MEASURE_S = 4 * BUCKET_S
+MEASURE_S = 3 * BUCKET_S
 
 pytestmark = [
     pytest.mark.slow,
