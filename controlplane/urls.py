@@ -7,5 +7,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/telemetry/", include("controlplane.telemetry.urls")),
     path("api/emission/", include("controlplane.emission.urls")),
+    path("api/plans/", include("controlplane.plans.urls")),
     path("api/", include("controlplane.api.urls")),
 ]

@@ -7,20 +7,51 @@ that died (SIGKILL, lost machine) and may be taken over. Holders are named after
 run (``run:<id>``), so a redelivered task of the same run gets its own claim back at once.
 
 The lock works the same on PostgreSQL and SQLite: a single UPDATE is atomic on both (SQLite
-serialises writers on the whole database).
+serialises writers on the whole database). Where PostgreSQL makes a second writer wait, SQLite
+may refuse it at once ("database is locked": a shared-cache database, or a deferred
+transaction that cannot wait); the planner's own short writes outside a transaction are then
+retried for a few seconds (:func:`retry_when_locked`).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 
+from django.db import OperationalError, connection
 from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.plans.models import PlannerLock
 
 REPLAN_LOCK = "replan"
+# How long a write refused by SQLite's "database is locked" is retried, and how often, seconds.
+LOCKED_RETRY_S = 5.0
+LOCKED_RETRY_PAUSE_S = 0.02
+
+T = TypeVar("T")
+
+
+def retry_when_locked(write: Callable[[], T]) -> T:
+    """Run ``write`` (one short statement in autocommit), retrying while SQLite refuses it
+    because another connection is writing. Other databases and errors, and writes inside a
+    transaction (which the error has broken), are not retried."""
+    deadline = time.monotonic() + LOCKED_RETRY_S
+    while True:
+        try:
+            return write()
+        except OperationalError as exc:
+            if (
+                connection.vendor != "sqlite"
+                or "locked" not in str(exc)
+                or connection.in_atomic_block
+                or time.monotonic() >= deadline
+            ):
+                raise
+            time.sleep(LOCKED_RETRY_PAUSE_S)
 
 
 @dataclass(frozen=True)
@@ -50,6 +81,10 @@ def lock_claim(*, holder: str, ttl_s: float, name: str = REPLAN_LOCK) -> Claim:
     Succeeds when the lock is free, already held by ``holder``, or held by a claim that has
     expired (a takeover, reported in ``taken_over_from``).
     """
+    return retry_when_locked(lambda: _claim(holder=holder, ttl_s=ttl_s, name=name))
+
+
+def _claim(*, holder: str, ttl_s: float, name: str) -> Claim:
     # The row is created on first use (a flushed test database, a fresh install); a racing
     # creator makes get_or_create fall back to reading the row the other one made.
     PlannerLock.objects.get_or_create(name=name)
@@ -90,9 +125,8 @@ def lock_renew(*, holder: str, ttl_s: float, name: str = REPLAN_LOCK) -> bool:
 
 def lock_release(*, holder: str, name: str = REPLAN_LOCK) -> bool:
     """Release ``holder``'s claim; False when it did not hold the lock (any more)."""
-    return bool(
-        PlannerLock.objects.filter(name=name, holder=holder).update(holder="", expires_at=None)
-    )
+    rows = PlannerLock.objects.filter(name=name, holder=holder)
+    return bool(retry_when_locked(lambda: rows.update(holder="", expires_at=None)))
 
 
 def lock_held_by(*, holder: str, name: str = REPLAN_LOCK, for_update: bool = False) -> bool:

@@ -192,8 +192,11 @@ def replan_execute(*, run_id: int, wait_s: float = 0.0) -> ReplanRun | None:
         return run
     if claim.taken_over_from:
         _abandon(holder=claim.taken_over_from, by=holder)
-    started = ReplanRun.objects.filter(pk=run.pk, status__in=OPEN_STATUSES).update(
-        status=ReplanRun.Status.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1
+    open_run = ReplanRun.objects.filter(pk=run.pk, status__in=OPEN_STATUSES)
+    started = lock.retry_when_locked(
+        lambda: open_run.update(
+            status=ReplanRun.Status.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1
+        )
     )
     if not started:  # finished meanwhile by another delivery of the same run
         lock.lock_release(holder=holder)
@@ -226,9 +229,12 @@ def _claim(*, holder: str, settings: ReplanSettings, wait_s: float) -> lock.Clai
 
 def _finish(*, run_id: int, status: str, error: str = "", plan: Plan | None = None) -> bool:
     """Close an open run; False when it was already closed (by another delivery)."""
+    open_run = ReplanRun.objects.filter(pk=run_id, status__in=OPEN_STATUSES)
     return bool(
-        ReplanRun.objects.filter(pk=run_id, status__in=OPEN_STATUSES).update(
-            status=status, finished_at=timezone.now(), error=error, plan=plan
+        lock.retry_when_locked(
+            lambda: open_run.update(
+                status=status, finished_at=timezone.now(), error=error, plan=plan
+            )
         )
     )
 

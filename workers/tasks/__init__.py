@@ -2,6 +2,7 @@
 ``workers.tasks``) registers every task."""
 
 from workers.tasks import emission as emission
+from workers.tasks import plans as plans
 from workers.tasks import telemetry as telemetry
 
-__all__ = ["emission", "telemetry"]
+__all__ = ["emission", "plans", "telemetry"]

@@ -1,0 +1,169 @@
+"""Plans over the API: read plans and re-plan runs; trigger a re-plan; approve or reject a plan.
+
+Reads need any role (``policy-admin``, ``finance``, ``viewer``); triggering, approving and
+rejecting need ``policy-admin``. Each action validates its (empty) body and calls one
+service; the error contract is ``controlplane.api.errors``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django.db.models import QuerySet
+from django.urls import reverse
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import exceptions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
+
+from controlplane.api.filters import RecordPagination, StableOrderingFilter
+from controlplane.api.parsers import StrictJSONParser
+from controlplane.api.permissions import POLICY_ADMIN, ROLES, RolePermission
+from controlplane.plans import selectors, services
+from controlplane.plans.models import Plan, ReplanRun
+from controlplane.plans.serializers import (
+    PlanDecisionSerializer,
+    PlanDetailSerializer,
+    PlanSerializer,
+    ReplanRequestSerializer,
+    ReplanRunSerializer,
+)
+
+# Ids are bigints: longer digit strings cannot name a row (and would overflow the lookup).
+ID_PATTERN = "[0-9]{1,18}"
+
+
+class PlanFilter(django_filters.FilterSet):  # type: ignore[misc]
+    class Meta:
+        model = Plan
+        fields = ("state", "solver_status", "trigger")
+
+
+class ReplanRunFilter(django_filters.FilterSet):  # type: ignore[misc]
+    class Meta:
+        model = ReplanRun
+        fields = ("status", "trigger")
+
+
+class _ReadViewSet(viewsets.ReadOnlyModelViewSet[Any]):
+    permission_classes = [RolePermission]
+    read_roles = frozenset(ROLES)
+    write_roles = frozenset({POLICY_ADMIN})
+    parser_classes = [StrictJSONParser, FormParser, MultiPartParser]
+    filter_backends = [DjangoFilterBackend, StableOrderingFilter]
+    pagination_class = RecordPagination
+    lookup_value_regex = ID_PATTERN
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        # PostgreSQL text cannot hold NUL; refuse it here rather than as a database error.
+        for key, values in request.query_params.lists():
+            if "\x00" in key or any("\x00" in value for value in values):
+                raise exceptions.ValidationError(
+                    {key.replace("\x00", ""): ["Query parameters may not contain NUL."]}
+                )
+
+
+def _validate_body(serializer_class: type[BaseSerializer[Any]], request: Request) -> None:
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+
+
+class PlanViewSet(_ReadViewSet):
+    """Stored plans, newest first, with their allocations, routing, diff and explanation."""
+
+    filterset_class = PlanFilter
+    ordering_fields = ("version", "created_at", "cost_per_hour", "unserved_requests_per_s")
+
+    def get_queryset(self) -> QuerySet[Plan]:
+        if self.action == "list":
+            return selectors.plan_list()
+        return selectors.plan_detail_queryset()
+
+    def get_serializer_class(self) -> type[BaseSerializer[Any]]:
+        if self.action == "list":
+            return PlanSerializer
+        if self.action == "replan":
+            return ReplanRunSerializer
+        return PlanDetailSerializer
+
+    @extend_schema(
+        summary="The active plan",
+        responses={
+            200: PlanDetailSerializer,
+            404: OpenApiResponse(description="No plan is active."),
+        },
+        filters=False,
+    )
+    @action(detail=False, methods=["get"], pagination_class=None)
+    def active(self, request: Request) -> Response:
+        plan = selectors.plan_detail_queryset().filter(state=Plan.State.ACTIVE).first()
+        if plan is None:
+            raise exceptions.NotFound("No plan is active yet: run a re-plan.")
+        return Response(PlanDetailSerializer(plan).data)
+
+    @extend_schema(
+        summary="Re-plan now",
+        description=(
+            "Queue a re-plan run (policy-admin). Answers 202 with the run; follow it at "
+            "/api/plans/runs/{id}/. Without a broker the run has finished when this answers."
+        ),
+        request=ReplanRequestSerializer,
+        responses={202: ReplanRunSerializer},
+        filters=False,
+    )
+    @action(detail=False, methods=["post"], pagination_class=None)
+    def replan(self, request: Request) -> Response:
+        _validate_body(ReplanRequestSerializer, request)
+        run = services.replan_request(trigger=Plan.Trigger.API, user=request.user)
+        run.refresh_from_db()
+        location = reverse("plan-run-detail", kwargs={"pk": run.pk})
+        return Response(
+            ReplanRunSerializer(run).data,
+            status=status.HTTP_202_ACCEPTED,
+            headers={"Location": location},
+        )
+
+    @extend_schema(
+        summary="Approve a plan awaiting approval (policy-admin); it becomes active",
+        request=PlanDecisionSerializer,
+        responses={200: PlanDetailSerializer},
+        filters=False,
+    )
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str) -> Response:
+        _validate_body(PlanDecisionSerializer, request)
+        plan = services.plan_approve(plan=self.get_object(), user=request.user)
+        return Response(PlanDetailSerializer(self._fresh(plan)).data)
+
+    @extend_schema(
+        summary="Reject a plan awaiting approval (policy-admin); the active plan stays",
+        request=PlanDecisionSerializer,
+        responses={200: PlanDetailSerializer},
+        filters=False,
+    )
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str) -> Response:
+        _validate_body(PlanDecisionSerializer, request)
+        plan = services.plan_reject(plan=self.get_object(), user=request.user)
+        return Response(PlanDetailSerializer(self._fresh(plan)).data)
+
+    @staticmethod
+    def _fresh(plan: Plan) -> Plan:
+        return selectors.plan_detail_queryset().get(pk=plan.pk)
+
+
+class ReplanRunViewSet(_ReadViewSet):
+    """Re-plan runs, newest first: status, timing, attempts, error and the plan they made."""
+
+    serializer_class = ReplanRunSerializer
+    filterset_class = ReplanRunFilter
+    ordering_fields = ("created_at", "finished_at")
+
+    def get_queryset(self) -> QuerySet[ReplanRun]:
+        return selectors.replan_run_list()

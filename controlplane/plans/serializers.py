@@ -1,0 +1,162 @@
+"""The API's representation of plans and re-plan runs (read-only: plans are written by
+re-planning, and decided by the approve and reject actions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from controlplane.plans.models import Plan, PlanAllocation, PlanRouting, ReplanRun
+
+
+class PlanAllocationSerializer(serializers.ModelSerializer[PlanAllocation]):
+    class Meta:
+        model = PlanAllocation
+        fields = (
+            "region",
+            "zone",
+            "shape",
+            "accelerator",
+            "gpus_per_replica",
+            "replicas",
+            "cost_per_hour",
+        )
+
+
+class PlanRoutingSerializer(serializers.ModelSerializer[PlanRouting]):
+    class Meta:
+        model = PlanRouting
+        fields = ("demand", "tenant", "region", "shape", "requests_per_s")
+
+
+_PLAN_SUMMARY_FIELDS: tuple[str, ...] = (
+    "id",
+    "version",
+    "state",
+    "solver_status",
+    "trigger",
+    "inputs_hash",
+    "cost_per_hour",
+    "gap",
+    "solve_seconds",
+    "planned_requests_per_s",
+    "unserved_requests_per_s",
+    "stale_figure_count",
+    "created_at",
+    "created_by",
+    "activated_at",
+    "approved_by",
+    "rejected_at",
+    "rejected_by",
+)
+
+
+class PlanSerializer(serializers.ModelSerializer[Plan]):
+    """A plan in a list: its state, figures and who made and decided it."""
+
+    created_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    approved_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    rejected_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    stale_figure_count = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Plan
+        fields: tuple[str, ...] = _PLAN_SUMMARY_FIELDS
+        read_only_fields: tuple[str, ...] = _PLAN_SUMMARY_FIELDS
+
+    def get_stale_figure_count(self, plan: Plan) -> int:
+        return len(plan.stale_figures or [])
+
+
+class PlanDetailSerializer(PlanSerializer):
+    """One plan in full: allocations, routing, binding constraints, stale figures, forecast
+    band, diff against the plan active when it was made, and the explanation."""
+
+    # The same values as the list's ``state`` enum; declared as text here because OpenAPI
+    # enum names are per property name, and a second component with this choice set would
+    # collide with the zones' ``state``.
+    state = serializers.CharField(
+        read_only=True,
+        help_text="proposed, awaiting-approval, active, superseded or rejected.",
+    )
+    allocations = PlanAllocationSerializer(many=True, read_only=True)
+    routing = PlanRoutingSerializer(many=True, read_only=True)
+    unserved = serializers.SerializerMethodField()
+
+    class Meta(PlanSerializer.Meta):
+        fields = (
+            *_PLAN_SUMMARY_FIELDS,
+            "allocations",
+            "routing",
+            "unserved",
+            "binding",
+            "stale_figures",
+            "forecast_band",
+            "diff",
+            "explanation",
+        )
+        read_only_fields = fields
+
+    def get_unserved(self, plan: Plan) -> list[dict[str, Any]]:
+        """Demands left (partly) unserved, requests/s in planned units."""
+        rows: list[dict[str, Any]] = list((plan.solution or {}).get("unserved", []))
+        return rows
+
+
+class ReplanRunSerializer(serializers.ModelSerializer[ReplanRun]):
+    requested_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    plan_version = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ReplanRun
+        fields = (
+            "id",
+            "status",
+            "trigger",
+            "requested_by",
+            "plan",
+            "plan_version",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "attempts",
+            "error",
+        )
+        read_only_fields = fields
+
+    def get_plan_version(self, run: ReplanRun) -> int | None:
+        return run.plan.version if run.plan is not None else None
+
+
+class ReplanRequestSerializer(serializers.Serializer[Any]):
+    """The body of ``POST /api/plans/replan/``: nothing is needed; unknown fields are refused
+    so a misspelt option is not silently ignored."""
+
+    unknown_message = "Unknown field: a re-plan takes no options."
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            raise serializers.ValidationError(
+                {"non_field_errors": ["Send a JSON object (or no body)."]}
+            )
+        unknown = sorted(str(key) for key in data)
+        if unknown:
+            raise serializers.ValidationError({key: [self.unknown_message] for key in unknown})
+        return {}
+
+
+class PlanDecisionSerializer(ReplanRequestSerializer):
+    """The body of approve and reject: nothing; unknown fields are refused."""
+
+    unknown_message = "Unknown field: approving or rejecting a plan takes no options."
