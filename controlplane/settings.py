@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "controlplane.plans",
     "django_celery_beat",
     "controlplane.telemetry",
+    "controlplane.benchmarks",
     "controlplane.emission",
 ]
 

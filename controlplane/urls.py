@@ -8,5 +8,6 @@ urlpatterns = [
     path("api/telemetry/", include("controlplane.telemetry.urls")),
     path("api/emission/", include("controlplane.emission.urls")),
     path("api/plans/", include("controlplane.plans.urls")),
+    path("api/benchmarks/", include("controlplane.benchmarks.urls")),
     path("api/", include("controlplane.api.urls")),
 ]

@@ -1,0 +1,116 @@
+"""Benchmarks over the API, under ``/api/benchmarks/``.
+
+- ``runs/``: benchmark runs, newest first (filter on ``status``, ``kind``, ``trigger``,
+  ``shape``); ``POST`` queues an engine benchmark of a shape (policy-admin): 202 with the new
+  run, or 200 with the run already queued or running for that shape (requests are idempotent).
+- ``freshness/``: per shape, its freshest capacity figure, its age, and why it would be
+  measured again (empty: fresh), with its active and last run.
+
+Reads need any role; queueing needs ``policy-admin``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django.db.models import QuerySet
+from django.urls import reverse
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
+
+from controlplane.api.filters import RecordPagination, StableOrderingFilter
+from controlplane.api.parsers import StrictJSONParser
+from controlplane.api.permissions import POLICY_ADMIN, ROLES, RolePermission
+from controlplane.benchmarks import selectors, services
+from controlplane.benchmarks.models import BenchmarkRun
+from controlplane.benchmarks.serializers import (
+    BenchmarkRequestSerializer,
+    BenchmarkRunSerializer,
+    FreshnessSerializer,
+)
+
+ID_PATTERN = "[0-9]{1,18}"
+
+
+class BenchmarkRunFilter(django_filters.FilterSet):  # type: ignore[misc]
+    shape = django_filters.CharFilter(field_name="shape__name")
+
+    class Meta:
+        model = BenchmarkRun
+        fields = ("status", "kind", "trigger", "device", "shape")
+
+
+class BenchmarkRunViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet[BenchmarkRun]):
+    """Benchmark runs: status, timing, what they measured on, results and figures."""
+
+    permission_classes = [RolePermission]
+    read_roles = frozenset(ROLES)
+    write_roles = frozenset({POLICY_ADMIN})
+    parser_classes = [StrictJSONParser]
+    filter_backends = [DjangoFilterBackend, StableOrderingFilter]
+    filterset_class = BenchmarkRunFilter
+    ordering_fields = ("requested_at", "finished_at")
+    pagination_class = RecordPagination
+    lookup_value_regex = ID_PATTERN
+
+    def get_queryset(self) -> QuerySet[BenchmarkRun]:
+        return BenchmarkRun.objects.select_related("shape", "requested_by").prefetch_related(
+            "figures"
+        )
+
+    def get_serializer_class(self) -> type[BaseSerializer[Any]]:
+        if self.action == "create":
+            return BenchmarkRequestSerializer
+        return BenchmarkRunSerializer
+
+    @extend_schema(
+        summary="Queue an engine benchmark of a shape",
+        description=(
+            "policy-admin. Answers 202 with the new run, or 200 with the run already queued "
+            "or running for the shape. Without a broker the run has finished when this answers."
+        ),
+        request=BenchmarkRequestSerializer,
+        responses={200: BenchmarkRunSerializer, 202: BenchmarkRunSerializer},
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        body = BenchmarkRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        run, created = services.benchmark_run_request(
+            shape=body.validated_data["shape"],
+            kind=body.validated_data["kind"],
+            reason=body.validated_data["reason"] or "requested through the API",
+            user=request.user,
+        )
+        run.refresh_from_db()
+        return Response(
+            BenchmarkRunSerializer(run).data,
+            status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK,
+            headers={"Location": reverse("benchmark-run-detail", kwargs={"pk": run.pk})},
+        )
+
+
+class FreshnessViewSet(viewsets.GenericViewSet[Any]):
+    """How fresh each shape's capacity figures are, in shape name order."""
+
+    permission_classes = [RolePermission]
+    read_roles = frozenset(ROLES)
+    serializer_class = FreshnessSerializer
+    pagination_class = RecordPagination
+
+    def get_queryset(self) -> QuerySet[Any]:
+        # The rows are computed (selectors.shapes_freshness); the schema needs a model.
+        return BenchmarkRun.objects.none()
+
+    @extend_schema(
+        summary="Capacity figure freshness per shape", responses=FreshnessSerializer(many=True)
+    )
+    def list(self, request: Request) -> Response:
+        rows = selectors.shapes_freshness()
+        page = self.paginate_queryset(rows)  # type: ignore[arg-type]
+        data = FreshnessSerializer(page if page is not None else rows, many=True).data
+        return self.get_paginated_response(data) if page is not None else Response(data)

@@ -1,0 +1,79 @@
+"""The API's representation of benchmark runs and capacity figure freshness."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from controlplane.benchmarks.models import BenchmarkRun
+from controlplane.benchmarks.selectors import Freshness
+from controlplane.fleet.models import ReplicaShape
+
+
+class BenchmarkRunSerializer(serializers.ModelSerializer[BenchmarkRun]):
+    shape = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    duration_s = serializers.FloatField(read_only=True, allow_null=True)
+    figures = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+
+    class Meta:
+        model = BenchmarkRun
+        fields = (
+            "id",
+            "kind",
+            "shape",
+            "status",
+            "trigger",
+            "reason",
+            "device",
+            "requested_by",
+            "requested_at",
+            "started_at",
+            "finished_at",
+            "duration_s",
+            "task_id",
+            "error",
+            "workload_profile_version",
+            "inputs",
+            "hardware",
+            "software",
+            "figures",
+            "results",
+        )
+        read_only_fields = fields
+
+
+class BenchmarkRequestSerializer(serializers.Serializer[Any]):
+    """The body of ``POST /api/benchmarks/runs/``: the shape to measure, by name."""
+
+    shape = serializers.SlugRelatedField(slug_field="name", queryset=ReplicaShape.objects.all())
+    kind = serializers.ChoiceField(
+        choices=[BenchmarkRun.Kind.ENGINE], default=BenchmarkRun.Kind.ENGINE
+    )
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(str(key) for key in data if key not in self.fields)
+            if unknown:
+                raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
+        return super().to_internal_value(data)
+
+
+class FreshnessSerializer(serializers.Serializer[Freshness]):
+    """One shape: its freshest figure, how old, and why it would be measured again."""
+
+    shape = serializers.CharField(source="shape.name")
+    model = serializers.CharField(source="shape.model.name")
+    figure = serializers.IntegerField(source="figure.pk", allow_null=True, default=None)
+    figure_source = serializers.CharField(source="figure.source", allow_null=True, default=None)
+    measured_at = serializers.DateTimeField(
+        source="figure.measured_at", allow_null=True, default=None
+    )
+    age_days = serializers.FloatField(allow_null=True)
+    is_fresh = serializers.BooleanField()
+    reasons = serializers.ListField(child=serializers.CharField())
+    active_run = serializers.IntegerField(source="active_run.pk", allow_null=True, default=None)
+    last_run = serializers.IntegerField(source="last_run.pk", allow_null=True, default=None)
+    last_run_status = serializers.CharField(source="last_run.status", allow_null=True, default=None)

@@ -1,0 +1,11 @@
+"""Benchmark endpoints, mounted at ``/api/benchmarks/``."""
+
+from rest_framework.routers import SimpleRouter
+
+from controlplane.benchmarks import api
+
+router = SimpleRouter()
+router.register("runs", api.BenchmarkRunViewSet, basename="benchmark-run")
+router.register("freshness", api.FreshnessViewSet, basename="benchmark-freshness")
+
+urlpatterns = router.urls
