@@ -317,9 +317,14 @@ def reference_cost_bound(problem: Mapping[str, Any], *, time_limit_s: float) -> 
     """
     formulation = _formulate(problem)
     formulation.hold_least_unserved(time_limit_s)
-    result = formulation.model.run(formulation.cost_objective(), time_limit_s)
+    price = formulation.cost_objective()
+    result = formulation.model.run(price, time_limit_s)
     proven = result.status == 0 and result.x is not None
-    best = float(result.fun) if result.x is not None else None
+    best: float | None = None
+    if result.x is not None:
+        # The cost of the whole replica counts, not HiGHS's objective, which carries the
+        # integrality tolerance (474.363174… for a plan that costs 474.3632).
+        best = sum(price[c] * round(float(result.x[c])) for c in formulation.n.values())
     dual = getattr(result, "mip_dual_bound", None)
     if proven and best is not None:
         lower = best
