@@ -132,6 +132,8 @@ SPECTACULAR_SETTINGS = {
         "DriftAlertStatusEnum": "controlplane.telemetry.models.DriftAlert.Status",
         "HistoryEntryKindEnum": "controlplane.api.history.CHANGE_KIND_CHOICES",
         "OutboxEntryStatusEnum": "controlplane.emission.models.OutboxEntry.Status",
+        "PlanTriggerEnum": "controlplane.plans.models.Plan.Trigger",
+        "BenchmarkRunTriggerEnum": "controlplane.benchmarks.models.BenchmarkRun.Trigger",
     },
 }
 
