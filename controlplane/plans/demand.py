@@ -30,16 +30,19 @@ hours of history.
 from __future__ import annotations
 
 import copy
-from collections import defaultdict
+import hashlib
+from collections import OrderedDict, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
+
 from controlplane.plans.conf import ReplanSettings
 from controlplane.policies.models import Tier, WorkloadProfile
 from planner.errors import PlannerInputError
-from planner.forecast import HOURS_PER_WEEK, DemandModel, fit_demand
+from planner.forecast import HOURS_PER_WEEK, fit_demand
 
 # (tenant, model, region) → (timestamps in UTC epoch seconds, requests/s at each).
 RateHistory = Mapping[tuple[str, str, str], tuple[Sequence[float], Sequence[float]]]
@@ -133,10 +136,56 @@ def _profile_sources() -> dict[str, str]:
     return out
 
 
-def _peak(model: DemandModel, start: float, hours: int, q: float) -> float:
-    """Peak over the horizon of the band at quantile q (requests/s)."""
+@dataclass(frozen=True)
+class GroupForecast:
+    """One group's forecast: peak requests/s over the horizon at each quantile asked for, and
+    what the fit saw (observed hours, weekly growth, whether the history sufficed)."""
+
+    peaks: dict[float, float]
+    sufficient_history: bool
+    history_hours: int
+    weekly_growth: float
+
+
+# Fits by (digest of the series, declared rate, forecast start, hours, quantiles). The history
+# window ends at the start of the day, so every re-plan of a day sees the same series: a
+# worker re-planning hourly fits each group once a day. Bounded; oldest entries leave first.
+_FORECASTS: OrderedDict[tuple[Any, ...], GroupForecast] = OrderedDict()
+FORECAST_CACHE_SIZE = 4096
+
+
+def group_forecast(
+    series: tuple[Sequence[float], Sequence[float]],
+    *,
+    declared_rate: float,
+    start: float,
+    hours: int,
+    levels: tuple[float, ...],
+) -> GroupForecast:
+    """Fit one group's rate history and take the peak, over ``hours`` from ``start`` (epoch
+    s), of each quantile in ``levels`` (``Forecast.peak``: the p99 hour of each week; the
+    highest week). Raises ``PlannerInputError`` for a history the forecast refuses."""
+    timestamps = np.asarray(series[0], dtype=np.float64)
+    rates = np.asarray(series[1], dtype=np.float64)
+    digest = hashlib.sha256(timestamps.tobytes() + b"|" + rates.tobytes()).hexdigest()
+    key = (digest, declared_rate, start, hours, levels)
+    cached = _FORECASTS.get(key)
+    if cached is not None:
+        _FORECASTS.move_to_end(key)
+        return cached
+    model = fit_demand(timestamps, rates, declared_rate=declared_rate)
     forecast = model.forecast(start, hours)
-    return float(forecast.peak(q, window=min(HOURS_PER_WEEK, hours)).max())
+    window = min(HOURS_PER_WEEK, hours)
+    result = GroupForecast(
+        peaks={q: float(forecast.peak(q, window=window).max()) for q in levels},
+        sufficient_history=model.sufficient_history,
+        history_hours=model.history_hours,
+        weekly_growth=model.weekly_growth,
+    )
+    _FORECASTS[key] = result
+    while len(_FORECASTS) > FORECAST_CACHE_SIZE:
+        _FORECASTS.popitem(last=False)
+    return result
 
 
 def demand_forecast(
@@ -189,16 +238,18 @@ def demand_forecast(
         declared_total = sum(float(d["requests_per_s"]) for d in members)
         q = quantiles.get(str(members[0].get("tier", "")), DEFAULT_QUANTILE)
         try:
-            model = fit_demand(series[0], series[1], declared_rate=declared_total)
-            peaks = {
-                level: _peak(model, start, settings.horizon_hours, level)
-                for level in (q, settings.band_low, settings.band_high)
-            }
+            fitted = group_forecast(
+                series,
+                declared_rate=declared_total,
+                start=start,
+                hours=settings.horizon_hours,
+                levels=(q, settings.band_low, settings.band_high),
+            )
         except PlannerInputError as exc:
             notes.append(f"{'/'.join(key)}: history refused by the forecast ({exc}); declared")
             counts[SOURCE_DECLARED] += len(members)
             continue
-        if not model.sufficient_history:
+        if not fitted.sufficient_history:
             counts[SOURCE_DECLARED] += len(members)
             continue
         counts[SOURCE_TELEMETRY] += len(members)
@@ -207,7 +258,7 @@ def demand_forecast(
             # The profiles' class mix splits the forecast; with no declared rate at all the
             # group's demands share it equally.
             share = declared / declared_total if declared_total > 0 else 1.0 / len(members)
-            rate = {level: _rounded(peak * share) for level, peak in peaks.items()}
+            rate = {level: _rounded(peak * share) for level, peak in fitted.peaks.items()}
             demand["requests_per_s"] = rate[q]
             low_rates[demand["id"]] = rate[settings.band_low]
             high_rates[demand["id"]] = rate[settings.band_high]
@@ -217,8 +268,8 @@ def demand_forecast(
                 "declared_requests_per_s": declared,
                 "low_requests_per_s": rate[settings.band_low],
                 "high_requests_per_s": rate[settings.band_high],
-                "history_hours": model.history_hours,
-                "weekly_growth": round(model.weekly_growth, 6),
+                "history_hours": fitted.history_hours,
+                "weekly_growth": round(fitted.weekly_growth, 6),
             }
     if history:
         planned_keys = set(groups)

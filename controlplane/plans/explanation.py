@@ -111,6 +111,6 @@ def plan_explanation(
         "warnings": list(warnings),
     }
     planner_text = _planner_explanation(problem, solution)
-    if planner_text is not None:
+    if isinstance(planner_text, str | list | dict):
         out["planner"] = planner_text
     return out

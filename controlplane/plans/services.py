@@ -327,6 +327,8 @@ def _band(
             )
         band[edge].update(
             {
+                # False: no demand has rate history, the edge is the planned problem itself.
+                "solved": edge_problem is not None,
                 "cost_per_hour": edge_solution.get("cost_per_hour"),
                 "unserved_requests_per_s": edge_solution.get("unserved_requests_per_s"),
                 "planned_requests_per_s": planned_requests_per_s(edge_problem or problem),

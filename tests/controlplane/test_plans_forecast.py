@@ -187,7 +187,7 @@ def test_a_plan_prices_the_bands_edges_and_says_how_demand_was_sized(
     assert band["low"]["cost_per_hour"] <= plan.cost_per_hour <= band["high"]["cost_per_hour"]
     assert band["low"]["planned_requests_per_s"] < plan.planned_requests_per_s
     assert plan.planned_requests_per_s < band["high"]["planned_requests_per_s"]
-    assert band["high"]["solver_status"] in ("optimal", "feasible")
+    assert band["high"]["solver_status"] in ("optimal", "feasible") and band["high"]["solved"]
     assert plan.explanation["demand"][0].startswith("3 demands sized from the request-rate")
 
     # The same history within the same day gives the same inputs: no new plan.
@@ -229,3 +229,29 @@ def test_a_tiers_forecast_quantile_defaults_to_0_9() -> None:
     assert tier.forecast_quantile == 0.9
     tier.forecast_quantile = 0.99
     tier.full_clean()
+
+
+def test_a_groups_fit_is_reused_while_its_history_is_the_same(
+    scenario: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fits: list[int] = []
+    real_fit = demand.fit_demand
+
+    def counting_fit(*args: Any, **kwargs: Any) -> Any:
+        fits.append(1)
+        return real_fit(*args, **kwargs)
+
+    monkeypatch.setattr(demand, "fit_demand", counting_fit)
+    monkeypatch.setattr(demand, "_FORECASTS", type(demand._FORECASTS)())
+    exported, history = problem_export(), _history()
+
+    first = demand_forecast(problem=exported, now=NOW, settings=replan_settings(), history=history)
+    later = demand_forecast(
+        problem=exported, now=NOW + timedelta(hours=5), settings=replan_settings(), history=history
+    )
+    assert len(fits) == 1
+    assert later.problem == first.problem
+
+    changed = _history(mean=3.0)
+    demand_forecast(problem=exported, now=NOW, settings=replan_settings(), history=changed)
+    assert len(fits) == 2
