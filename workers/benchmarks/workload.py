@@ -52,6 +52,9 @@ __all__ = [
     "LengthProfile",
     "ProfileLike",
     "RequestSample",
+    "TenantProfileLike",
+    "checked_classes",
+    "classes_from_profiles",
     "prompt_words",
     "request_key",
     "sample_requests",
@@ -182,6 +185,47 @@ class ClassProfile:
             ),
             prefix_cache_hit_rate=profile.prefix_cache_hit_rate,
         )
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class TenantProfileLike(ProfileLike, Protocol):
+    """A ``WorkloadProfile`` row: its fields, its tenant and class, and its peak rate."""
+
+    peak_requests_per_s: float
+
+    @property
+    def tenant(self) -> _Named: ...
+
+    @property
+    def workload_class(self) -> _Named: ...
+
+
+def classes_from_profiles(profiles: Sequence[TenantProfileLike]) -> tuple[ClassProfile, ...]:
+    """The load of a model's current workload profiles (``controlplane.benchmarks.selectors.
+    current_profiles``): one class per profile, named ``tenant/class``, with shares in
+    proportion to the profiles' peak request rates (equal when every rate is 0), so the mix is
+    the one the replica sees at peak."""
+    rows = tuple(profiles)
+    if not rows:
+        raise PlannerInputError("profiles", "must hold at least one profile")
+    weights = [max(0.0, float(p.peak_requests_per_s)) for p in rows]
+    if sum(weights) <= 0:
+        weights = [1.0] * len(rows)
+    total = math.fsum(weights)
+    named: dict[str, int] = {}
+    classes = []
+    for profile, weight in zip(rows, weights, strict=True):
+        name = f"{profile.tenant.name}/{profile.workload_class.name}"
+        # Two regions' profiles of one tenant and class: keep both, told apart by a number.
+        named[name] = named.get(name, 0) + 1
+        if named[name] > 1:
+            name = f"{name}#{named[name]}"
+        classes.append(ClassProfile.from_profile(name, weight / total, profile))
+    return tuple(classes)
 
 
 def checked_classes(classes: Sequence[ClassProfile]) -> tuple[ClassProfile, ...]:

@@ -1,0 +1,542 @@
+"""The endpoint load test: sampled requests, the knee search, run reports, and the whole test
+on Ray load generators against the simulated replica, recorded as a capacity figure.
+
+The replica runs 20× faster than the seeds' cost model (prefill 4,000 and decode 160 tokens/s
+per sequence, eight sequences at once) and the tier's 1.6 s p95 TTFT target shrinks with it
+to 80 ms, so a whole sweep takes seconds. Configured as ``ReplicaConfig.fifo_slots(8, ...)``
+the replica is the planner's 8-server FIFO queue, so the planner's simulator predicts the knee
+of the very requests the load test sends; the measured knee must be within 10% of it.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from planner.capacity.simulation import Requests, latency_quantile, open_loop_times
+from planner.capacity.slo import capacity_at_slo_of
+from planner.capacity.workload import request_cost
+from planner.errors import PlannerInputError
+from workers.benchmarks import loadtest
+from workers.benchmarks.loadgen import Endpoint, LoadGeneratorPool, RequestRecord, ensure_ray
+from workers.benchmarks.loadtest import (
+    KneeReport,
+    KneeSearch,
+    RunReport,
+    TokenRates,
+    cost_model_knee,
+    find_knee,
+    measure_token_rates,
+    record_load_test,
+    run_open_loop,
+    search_knee,
+    summarize_run,
+)
+from workers.benchmarks.replica_server import ReplicaConfig, replica_server_process
+from workers.benchmarks.workload import (
+    UNIQUE_TAIL_TOKENS,
+    ClassProfile,
+    LengthProfile,
+    RequestSample,
+    classes_from_profiles,
+    prompt_words,
+    sample_requests,
+    shared_prefix_words,
+    unit_rate_arrivals,
+)
+
+SPEEDUP = 20.0
+SLOTS = 8
+# Per sequence, as the seeds' cost model: 4,000 prefill and 160 decode tokens/s, 20× faster.
+SLOT_PREFILL = 4000.0 * SPEEDUP
+SLOT_DECODE = 160.0 * SPEEDUP
+TARGET_TTFT_S = 1.6 / SPEEDUP
+
+CLASSES = (
+    ClassProfile(
+        "chat",
+        0.8,
+        prompt=LengthProfile(p50=400, mean=600, p99=3000),
+        output=LengthProfile(p50=60, mean=90, p99=400),
+        prefix_cache_hit_rate=0.6,
+    ),
+    ClassProfile(
+        "summary",
+        0.2,
+        prompt=LengthProfile(p50=2000, mean=2500, p99=8000),
+        output=LengthProfile(p50=200, mean=250, p99=700),
+        prefix_cache_hit_rate=0.3,
+    ),
+)
+SWEEP_REQUESTS = 300
+
+
+# -- sampled requests ------------------------------------------------------------------------------
+
+
+def test_lengths_follow_the_profile_and_are_clipped_at_its_p99() -> None:
+    sample = sample_requests(CLASSES, 20_000, seed=4, clip_multiple=2.0)
+    chat = sample.class_index == 0
+    assert chat.mean() == pytest.approx(0.8, abs=0.01)
+    prompt = sample.prompt_tokens[chat]
+    # The lognormal through p50 and mean: the sample's median is the profile's p50.
+    assert np.median(prompt) == pytest.approx(400, rel=0.03)
+    assert prompt.max() <= 2 * 3000 and prompt.min() >= 1
+    # Clipping takes a little off the fitted mean, never adds to it.
+    assert 540 < prompt.mean() <= 600
+    summary_output = sample.output_tokens[~chat]
+    assert np.median(summary_output) == pytest.approx(200, rel=0.05)
+    assert summary_output.max() <= 1400
+
+
+def test_a_seed_fixes_the_sample_and_warm_differs_from_cold_only_in_sharing() -> None:
+    cold = sample_requests(CLASSES, 5000, seed=9)
+    warm = sample_requests(CLASSES, 5000, seed=9, warm=True)
+    for field in ("class_index", "prompt_tokens", "output_tokens"):
+        np.testing.assert_array_equal(getattr(cold, field), getattr(warm, field))
+    assert not cold.shares_prefix.any()
+    chat = warm.class_index == 0
+    # The profile's hit rate of each class's requests share its prefix.
+    assert warm.shares_prefix[chat].mean() == pytest.approx(0.6, abs=0.03)
+    assert warm.shares_prefix[~chat].mean() == pytest.approx(0.3, abs=0.05)
+    np.testing.assert_array_equal(warm.cold().shares_prefix, cold.shares_prefix)
+    other = sample_requests(CLASSES, 5000, seed=10)
+    assert not np.array_equal(other.prompt_tokens, cold.prompt_tokens)
+
+
+def test_prompts_have_the_sampled_length_and_share_only_what_they_should() -> None:
+    sample = sample_requests(CLASSES, 200, seed=1, warm=True)
+    for i in range(sample.count):
+        assert len(prompt_words(sample, i, run_key=7)) == sample.prompt_tokens[i]
+    shared = [i for i in range(sample.count) if sample.shares_prefix[i]]
+    own = [i for i in range(sample.count) if not sample.shares_prefix[i]]
+    a, b = [i for i in shared if sample.class_index[i] == 0 and sample.prompt_tokens[i] > 64][:2]
+    words_a, words_b = prompt_words(sample, a, 7), prompt_words(sample, b, 7)
+    common = shared_prefix_words(sample.seed, 7, 0, 10_000)
+    # A shared prompt is the class's common text, then a tail of its own.
+    assert words_a[:-UNIQUE_TAIL_TOKENS] == common[: len(words_a) - UNIQUE_TAIL_TOKENS]
+    assert words_b[:48] == words_a[:48]
+    assert words_a[-UNIQUE_TAIL_TOKENS:] != words_b[-UNIQUE_TAIL_TOKENS:]
+    # Prompts of their own differ from the first block, and another run shares nothing.
+    firsts = {tuple(prompt_words(sample, i, 7)[:8]) for i in own}
+    assert len(firsts) == len(own)
+    assert prompt_words(sample, a, 8)[:8] != words_a[:8]
+    # Every word is from the single-token vocabulary, so a real endpoint sees ~N tokens.
+    assert all(" " not in w and w.isalpha() for w in words_a)
+
+
+def test_bad_profiles_are_refused_naming_the_field() -> None:
+    with pytest.raises(PlannerInputError) as info:
+        LengthProfile(p50=100, mean=80, p99=300).fit()
+    assert info.value.argument == "mean"
+    with pytest.raises(PlannerInputError) as info:
+        LengthProfile(p50=100, mean=120, p99=90)
+    assert info.value.argument == "p99"
+    with pytest.raises(PlannerInputError) as info:
+        sample_requests([CLASSES[0]], 10)
+    assert info.value.argument == "classes"
+    with pytest.raises(PlannerInputError) as info:
+        ClassProfile("x", 1.0, CLASSES[0].prompt, CLASSES[0].output, prefix_cache_hit_rate=1.5)
+    assert info.value.argument == "prefix_cache_hit_rate"
+
+
+def test_classes_from_profiles_weigh_by_peak_rate() -> None:
+    def profile(tenant: str, klass: str, peak: float) -> Any:
+        return SimpleNamespace(
+            tenant=SimpleNamespace(name=tenant),
+            workload_class=SimpleNamespace(name=klass),
+            peak_requests_per_s=peak,
+            prompt_tokens_p50=100,
+            prompt_tokens_mean=120,
+            prompt_tokens_p99=400,
+            output_tokens_p50=20,
+            output_tokens_mean=30,
+            output_tokens_p99=90,
+            prefix_cache_hit_rate=0.35,
+        )
+
+    classes = classes_from_profiles(
+        [profile("acme", "chat", 6), profile("acme", "summary", 2), profile("acme", "chat", 0)]
+    )
+    assert [c.name for c in classes] == ["acme/chat", "acme/summary", "acme/chat#2"]
+    assert [c.share for c in classes] == [0.75, 0.25, 0.0]
+    assert classes[0].prompt == LengthProfile(100, 120, 400)
+    assert classes[0].prefix_cache_hit_rate == 0.35
+
+
+# -- the search ---------------------------------------------------------------------------------
+
+
+def test_the_search_is_the_planners_slo_search() -> None:
+    # Same predicate (the planner's simulated p95 end-to-end latency on one sample), same
+    # start, same bound: the same rates in the same order and the same knee as capacity_at_slo.
+    sample = sample_requests(CLASSES, 4000, seed=2)
+    unit = unit_rate_arrivals(4000, seed=2)
+    service = sample.prompt_tokens / SLOT_PREFILL + sample.output_tokens / SLOT_DECODE
+    requests = Requests.from_arrays(service)
+    saturation = SLOTS * requests.count / float(service.sum())
+
+    def meets(rate: float) -> bool:
+        arrival = unit / rate
+        _, done = open_loop_times(requests, arrival, SLOTS, engine="python")
+        return float(np.sort(done - arrival)[int(0.95 * requests.count)]) <= 0.2
+
+    ours = search_knee(
+        meets,
+        first_rate=0.7 * saturation,
+        upper_rate=saturation,
+        rel_tol=1e-3,
+        max_points=200,
+    )
+    planners = capacity_at_slo_of(requests, unit, SLOTS, 0.2, rel_tol=1e-3, engine="python")
+    assert ours.knee_rate == planners.knee_rate and ours.bracketed
+    assert ours.rates == tuple(p.rate for p in planners.points)
+    assert ours.meets == tuple(p.meets for p in planners.points)
+
+
+def test_without_an_upper_bound_the_search_doubles_until_a_rate_fails() -> None:
+    def meets(rate: float) -> bool:
+        return rate <= 37.3
+
+    found = search_knee(meets, first_rate=5.0, rel_tol=0.01)
+    assert found.rates[:4] == (5.0, 10.0, 20.0, 40.0)
+    assert found.bracketed and 37.3 * 0.99 <= found.knee_rate <= 37.3
+    capped = search_knee(meets, first_rate=5.0, max_rate=12.0)
+    assert capped.rates == (5.0, 10.0, 12.0) and not capped.bracketed
+    assert capped.knee_rate == 12.0
+    nothing = search_knee(lambda rate: False, first_rate=8.0, upper_rate=10.0, max_points=5)
+    assert nothing.knee_rate == 0 and nothing.rates == (8.0, 4.0, 2.0, 1.0, 0.5)
+
+
+def test_search_arguments_are_checked() -> None:
+    with pytest.raises(PlannerInputError) as info:
+        search_knee(lambda rate: True, first_rate=10.0, upper_rate=5.0)
+    assert info.value.argument == "first_rate"
+    with pytest.raises(PlannerInputError) as info:
+        search_knee(lambda rate: True, first_rate=1.0, rel_tol=1.0)
+    assert info.value.argument == "rel_tol"
+
+
+# -- run reports ----------------------------------------------------------------------------------
+
+
+def _record(index: int, outcome: str, sent: float, ttft: float, e2e: float) -> RequestRecord:
+    return RequestRecord(
+        index=index,
+        scheduled_s=sent,
+        sent_s=sent,
+        first_token_s=sent + ttft,
+        done_s=sent + e2e if outcome == "ok" else math.nan,
+        output_tokens=11,
+        prompt_tokens=100,
+        cached_tokens=25,
+        outcome=outcome,  # type: ignore[arg-type]
+        detail="" if outcome == "ok" else f"{outcome} #{index}",
+    )
+
+
+def _two_class_sample(n: int) -> RequestSample:
+    index = np.array([i % 2 for i in range(n)], dtype=np.int64)
+    tokens = np.full(n, 100, dtype=np.int64)
+    return RequestSample(("a", "b"), index, tokens, tokens, np.zeros(n, dtype=np.bool_))
+
+
+def test_a_report_counts_errors_and_timeouts_as_missed_targets() -> None:
+    sample = _two_class_sample(100)
+    records = [_record(i, "ok", i * 0.1, 0.05 + 0.001 * i, 0.5) for i in range(96)]
+    records += [_record(96, "timeout", 9.6, math.nan, math.nan)]
+    records += [_record(i, "error", i * 0.1, math.nan, math.nan) for i in (97, 98, 99)]
+    report = summarize_run(
+        records, sample, mode="open", cache="cold", target_ttft_s=0.1005, offered_rate=10.0
+    )
+    assert report.overall.requests == 100 and report.overall.completed == 96
+    assert report.overall.errors == 3 and report.overall.timeouts == 1
+    # The four requests without a first token rank above every TTFT: p95 of the 100 is the
+    # largest completed one and p99 is infinite.
+    assert report.ttft_quantile_s == pytest.approx(0.145) and not report.meets_target
+    assert math.isinf(
+        latency_quantile([r.ttft_s if r.outcome == "ok" else math.inf for r in records], 0.99)
+    )
+    # Nearest rank over the 96 completed TTFTs (0.050 … 0.145 s).
+    assert report.overall.ttft.p50_s == pytest.approx(0.098)
+    assert report.overall.itl.p50_s == pytest.approx((0.5 - 0.097) / 10)
+    assert report.per_class["a"].requests == 50 and report.per_class["b"].requests == 50
+    # Goodput: TTFT within the target (0.050 … 0.100: 51 requests) over the run's 9.5 + 0.5 s.
+    assert report.duration_s == pytest.approx(10.0)
+    assert report.goodput_per_s == pytest.approx(5.1)
+    assert report.throughput_per_s == pytest.approx(9.6)
+    assert report.cached_prompt_share == pytest.approx(0.25)
+    # Three errors of 100 are over the 1% a run tolerates.
+    assert report.failed and "3 of 100 requests failed" in report.failure
+    assert report.error_samples == ("error #97", "error #98", "error #99")
+    tolerant = summarize_run(
+        records, sample, mode="open", cache="cold", target_ttft_s=0.1005, max_error_share=0.05
+    )
+    assert not tolerant.failed
+
+
+def _closed_loop_records(users: int, slots: int, service_s: float, turnaround_s: float) -> list:
+    """Records of ``users`` closed-loop clients on ``slots`` FIFO slots of equal requests
+    (100 prompt, 10 output tokens), each client resending ``turnaround_s`` after an answer."""
+    free = [0.0] * slots
+    ready = [(0.0, u) for u in range(users)]
+    records = []
+    for index in range(20 * users):
+        ready.sort()
+        sent, user = ready.pop(0)
+        free.sort()
+        done = max(sent, free.pop(0)) + service_s
+        free.append(done)
+        ready.append((done + turnaround_s, user))
+        records.append(RequestRecord(index, sent, sent, done, done, 10, 100, 0, "ok", "", user))
+    return records
+
+
+def test_steady_token_rates_follow_the_response_time_law() -> None:
+    # Four slots of 0.4 s requests: 10 requests a second, finishing in waves of four.
+    records = _closed_loop_records(users=12, slots=4, service_s=0.4, turnaround_s=0.0)
+    assert loadtest.steady_token_rates(records, 12) == pytest.approx((1000.0, 100.0))
+    # A slow client turnaround is time the client holds no request: with 12 clients and 4
+    # slots the replica stays saturated, and the law still finds its rate.
+    slow = _closed_loop_records(users=12, slots=4, service_s=0.4, turnaround_s=0.05)
+    assert loadtest.steady_token_rates(slow, 12) == pytest.approx((1000.0, 100.0))
+    assert all(math.isnan(v) for v in loadtest.steady_token_rates(records[:20], 12))
+
+
+# -- on Ray, against the simulated replica -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bench:
+    endpoint: Endpoint
+    pool: LoadGeneratorPool
+
+
+@pytest.fixture(scope="module")
+def bench() -> Iterator[Bench]:
+    import ray
+
+    started_here = not ray.is_initialized()
+    ensure_ray(num_cpus=2)
+    config = ReplicaConfig.fifo_slots(
+        SLOTS, SLOT_PREFILL * SLOTS, SLOT_DECODE * SLOTS, model="sim", stream_interval_s=0.02
+    )
+    try:
+        with replica_server_process(config) as url, LoadGeneratorPool(2) as pool:
+            yield Bench(Endpoint(url, "sim", timeout_s=30.0), pool)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+@dataclass(frozen=True)
+class Sweep:
+    report: KneeReport
+    predicted: KneeSearch
+    saturation: float
+
+
+@pytest.fixture(scope="module")
+def sweep(bench: Bench) -> Sweep:
+    sample = sample_requests(CLASSES, SWEEP_REQUESTS, seed=0)
+    unit = unit_rate_arrivals(SWEEP_REQUESTS, seed=0)
+    service = [
+        request_cost(float(p), float(o), SLOT_PREFILL, SLOT_DECODE)
+        for p, o in zip(sample.prompt_tokens, sample.output_tokens, strict=True)
+    ]
+    saturation = SLOTS * len(service) / sum(service)
+    predicted = cost_model_knee(
+        sample,
+        unit,
+        servers=SLOTS,
+        prefill_tokens_per_s=SLOT_PREFILL,
+        decode_tokens_per_s=SLOT_DECODE,
+        target_ttft_s=TARGET_TTFT_S,
+        rel_tol=0.03,
+    )
+    report = find_knee(
+        bench.pool,
+        bench.endpoint,
+        CLASSES,
+        TARGET_TTFT_S,
+        first_rate=0.7 * saturation,
+        upper_rate=saturation,
+        n=SWEEP_REQUESTS,
+        seed=0,
+        rel_tol=0.03,
+        closed_loop_users=2 * SLOTS,
+    )
+    return Sweep(report, predicted, saturation)
+
+
+@pytest.fixture(scope="module")
+def rates(bench: Bench) -> TokenRates:
+    # Three users a slot keep requests waiting for every slot that frees while answers travel
+    # back and the next requests come in.
+    return measure_token_rates(
+        bench.pool, bench.endpoint, users=3 * SLOTS, prompt_tokens=2048, output_tokens=256
+    )
+
+
+def test_knee_is_within_ten_percent_of_the_planners_prediction(sweep: Sweep) -> None:
+    report = sweep.report
+    assert not report.failed and report.bracketed
+    assert report.knee_rate == pytest.approx(sweep.predicted.knee_rate, rel=0.10)
+    # The knee of a replica at the SLO is below its saturation: the last requests per second
+    # before it come with latency nobody accepts.
+    assert report.knee_rate < sweep.saturation
+    knee = report.knee
+    assert knee is not None and knee.ttft_quantile_s <= TARGET_TTFT_S
+    above = [p for p in report.points if p.rate > report.knee_rate]
+    assert above and all(not p.meets for p in above)
+    for point in report.points:
+        assert point.report.overall.errors == 0 and point.report.overall.completed == 300
+        assert point.report.goodput_per_s <= point.report.throughput_per_s
+
+
+def test_knee_run_reports_every_stage_per_class(sweep: Sweep) -> None:
+    knee = sweep.report.knee
+    assert knee is not None
+    assert set(knee.per_class) == {"chat", "summary"}
+    assert sum(s.requests for s in knee.per_class.values()) == SWEEP_REQUESTS
+    for stats in (knee.overall, *knee.per_class.values()):
+        for stage in (stats.ttft, stats.itl, stats.e2e):
+            assert 0 < stage.p50_s <= stage.p95_s <= stage.p99_s
+        assert stats.ttft.p50_s < stats.e2e.p50_s
+    # Longer prompts take longer to prefill: the summaries' first tokens come later.
+    assert knee.per_class["summary"].ttft.p50_s > knee.per_class["chat"].ttft.p50_s
+    # Each sequence decodes at its slot's rate, so a token follows the last every 1/3,200 s
+    # or so (tokens arrive in 20 ms chunks; the mean per request spreads them).
+    assert knee.overall.itl.p50_s == pytest.approx(1 / SLOT_DECODE, rel=0.5)
+    # At a rate meeting p95 ≤ target, at least 95% of the requests meet it.
+    assert knee.goodput_per_s >= 0.95 * knee.throughput_per_s
+    assert knee.cached_prompt_share == 0.0  # cold: nothing is shared
+
+
+def test_closed_loop_reports_more_throughput_than_the_capacity_at_the_slo(sweep: Sweep) -> None:
+    closed = sweep.report.closed_loop
+    assert closed is not None and closed.mode == "closed" and closed.users == 2 * SLOTS
+    assert closed.overall.completed == SWEEP_REQUESTS
+    # Sixteen users keep the eight slots busy: the replica runs flat out, above the knee,
+    # and the users wait for slots, so the TTFT target is missed.
+    assert closed.throughput_per_s > sweep.report.knee_rate
+    assert closed.ttft_quantile_s > TARGET_TTFT_S
+
+
+def test_warm_prefix_cache_lowers_ttft_and_bursts_raise_it(bench: Bench, sweep: Sweep) -> None:
+    rate = 0.5 * sweep.saturation
+    common: dict[str, Any] = {"target_ttft_s": TARGET_TTFT_S, "n": 200, "seed": 3}
+    cold = run_open_loop(bench.pool, bench.endpoint, CLASSES, rate, cache="cold", **common)
+    warm = run_open_loop(bench.pool, bench.endpoint, CLASSES, rate, cache="warm", **common)
+    assert not cold.failed and not warm.failed
+    assert cold.cached_prompt_share == 0.0
+    # About the hit rate of the prompt tokens comes from the cache.
+    assert 0.25 < warm.cached_prompt_share < 0.75
+    assert warm.overall.ttft.p50_s < cold.overall.ttft.p50_s
+    assert warm.per_class["summary"].ttft.p50_s < cold.per_class["summary"].ttft.p50_s
+    # The same requests arriving in bursts (cv 3) at the same mean rate queue more.
+    bursty = run_open_loop(bench.pool, bench.endpoint, CLASSES, rate, cv=3.0, **common)
+    assert bursty.overall.ttft.p95_s > cold.overall.ttft.p95_s
+
+
+def test_token_rates_recover_the_replicas_rates(rates: TokenRates) -> None:
+    assert not rates.failed
+    assert rates.prefill_tokens_per_s == pytest.approx(SLOT_PREFILL * SLOTS, rel=0.1)
+    assert rates.decode_tokens_per_s == pytest.approx(SLOT_DECODE * SLOTS, rel=0.1)
+
+
+# -- recording ------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def _started_run(classes: Any, report: KneeReport, endpoint: Endpoint) -> Any:
+    from controlplane.benchmarks import services
+    from controlplane.benchmarks.models import BenchmarkRun
+    from tests.controlplane.test_benchmarks_helpers import make_bench_fleet
+
+    fleet = make_bench_fleet()
+    run, _ = services.benchmark_run_request(
+        shape=fleet.shape, kind=BenchmarkRun.Kind.ENDPOINT, enqueue=False
+    )
+    workload = loadtest.load_test_workload(classes, report, endpoint)
+    return services.benchmark_run_start(run=run, workload=workload)
+
+
+@pytest.mark.django_db
+def test_results_are_stored_as_an_endpoint_load_test_figure(
+    bench: Bench, sweep: Sweep, rates: TokenRates
+) -> None:
+    from controlplane.benchmarks.models import BenchmarkRun
+    from controlplane.fleet.models import CapacityFigure
+
+    run = _started_run(CLASSES, sweep.report, bench.endpoint)
+    software = loadtest.load_test_software()
+    figures = record_load_test(
+        run=run,
+        report=sweep.report,
+        rates=rates,
+        max_concurrency=SLOTS,
+        hardware={"load_generators": list(bench.pool.hosts)},
+        software=software,
+    )
+    assert len(figures) == 1
+    figure = CapacityFigure.objects.get(pk=figures[0].pk)
+    assert figure.source == CapacityFigure.Source.ENDPOINT_LOAD_TEST
+    assert figure.knee_requests_per_s == sweep.report.knee_rate
+    assert figure.prefill_tokens_per_s == rates.prefill_tokens_per_s
+    assert figure.max_concurrency == SLOTS
+    assert figure.provenance["benchmark_run"] == run.pk
+    assert figure.provenance["software"]["ray"] == software["ray"]
+    assert figure.provenance["workload"]["target_ttft_s"] == TARGET_TTFT_S
+    assert [c["name"] for c in figure.provenance["workload"]["classes"]] == ["chat", "summary"]
+    run.refresh_from_db()
+    assert run.status == BenchmarkRun.Status.SUCCEEDED
+    points = run.results["load_test"]["points"]
+    assert len(points) == len(sweep.report.points)
+    assert run.results["load_test"]["closed_loop"]["users"] == 2 * SLOTS
+
+
+@pytest.mark.django_db
+def test_an_unreachable_endpoint_is_a_failed_run_that_stores_nothing(bench: Bench) -> None:
+    from controlplane.benchmarks.models import BenchmarkRun
+    from controlplane.fleet.models import CapacityFigure
+
+    nowhere = Endpoint(f"http://127.0.0.1:{_free_port()}", "sim", timeout_s=5.0)
+    report = find_knee(
+        bench.pool, nowhere, CLASSES, TARGET_TTFT_S, first_rate=100.0, n=50, closed_loop_users=4
+    )
+    assert report.failed and report.knee_rate == 0 and report.closed_loop is None
+    (point,) = report.points
+    failed: RunReport = point.report
+    assert failed.overall.errors == 50 and failed.overall.completed == 0
+    assert failed.goodput_per_s == 0 and failed.throughput_per_s == 0
+    assert "50 of 50 requests failed" in report.failure
+    assert "Connect" in failed.error_samples[0] or "refused" in failed.error_samples[0]
+
+    run = _started_run(CLASSES, report, nowhere)
+    stored = record_load_test(
+        run=run,
+        report=report,
+        rates=None,
+        max_concurrency=SLOTS,
+        hardware={},
+        software=loadtest.load_test_software(),
+    )
+    assert stored == [] and not CapacityFigure.objects.exists()
+    run.refresh_from_db()
+    assert run.status == BenchmarkRun.Status.FAILED
+    assert "endpoint load test failed" in run.error and "50 of 50" in run.error
+    assert run.results["load_test"]["points"][0]["errors"] == 50
