@@ -4,8 +4,8 @@ Each value comes from the Django setting of the same name when the settings modu
 (tests override them with pytest-django's ``settings``), else from the environment variable of
 that name, else the default below. A value that is present but malformed is an error.
 
-- ``HEADROOM_REPLAN_TIME_LIMIT_S`` (8): time limit of the solve a plan is made from, seconds.
-- ``HEADROOM_REPLAN_BAND_TIME_LIMIT_S`` (2): time limit of each of the two extra solves at the
+- ``HEADROOM_REPLAN_TIME_LIMIT_S`` (6): time limit of the solve a plan is made from, seconds.
+- ``HEADROOM_REPLAN_BAND_TIME_LIMIT_S`` (1.5): time limit of each of the two extra solves at the
   forecast band's low and high edges, seconds (they only price the band).
 - ``HEADROOM_REPLAN_SOLVER_WORKERS`` (2) and ``HEADROOM_REPLAN_SOLVER_SEED`` (0): passed to the
   MIP solver; a fixed pair gives the same plan for the same problem.
@@ -93,11 +93,11 @@ def replan_settings() -> ReplanSettings:
         raise ImproperlyConfigured(f"HEADROOM_REPLAN_SOLVER_SEED must be 0 or more, got {seed}")
     return ReplanSettings(
         time_limit_s=_positive(
-            "HEADROOM_REPLAN_TIME_LIMIT_S", _read("HEADROOM_REPLAN_TIME_LIMIT_S", float, 8.0)
+            "HEADROOM_REPLAN_TIME_LIMIT_S", _read("HEADROOM_REPLAN_TIME_LIMIT_S", float, 6.0)
         ),
         band_time_limit_s=_positive(
             "HEADROOM_REPLAN_BAND_TIME_LIMIT_S",
-            _read("HEADROOM_REPLAN_BAND_TIME_LIMIT_S", float, 2.0),
+            _read("HEADROOM_REPLAN_BAND_TIME_LIMIT_S", float, 1.5),
         ),
         solver_workers=_positive(
             "HEADROOM_REPLAN_SOLVER_WORKERS", _read("HEADROOM_REPLAN_SOLVER_WORKERS", int, 2)
