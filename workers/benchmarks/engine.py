@@ -168,6 +168,17 @@ PRESETS: dict[str, ModelDims] = {
         head_dim=128,
         vocab_size=128256,
     ),
+    # 44 M parameters: big enough that a CPU's decode reads its weights from memory, not
+    # cache (docs/benchmarks.md records a run).
+    "small": ModelDims(
+        layers=4,
+        hidden_size=512,
+        intermediate_size=1408,
+        attention_heads=8,
+        kv_heads=2,
+        head_dim=64,
+        vocab_size=32000,
+    ),
     # Small enough for a CPU in seconds: the tests' model.
     "tiny": ModelDims(
         layers=2,
