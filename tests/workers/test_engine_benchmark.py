@@ -156,7 +156,11 @@ def test_saturation_is_the_first_doubling_that_gains_under_the_threshold() -> No
     series = [(1, 100.0), (2, 195.0), (4, 380.0), (8, 410.0), (16, 440.0)]
     assert engine.saturation_batch(series, 0.10) == 4
     assert engine.saturation_batch(series[:3], 0.10) is None
+    assert engine.saturation_batch(series[:4], 0.10) == 4  # the last doubling needs no second
     assert engine.saturation_batch([(1, 100.0), (4, 105.0)], 0.10) is None  # not a doubling
+    # One slow point (batch 2) is not the end of scaling when the next doubling gains again.
+    noisy = [(1, 15.0), (2, 13.0), (4, 30.0), (8, 73.0), (16, 88.0)]
+    assert engine.saturation_batch(noisy, 0.10) is None
 
 
 def test_fractions_above_one_are_reported_as_one_and_flagged() -> None:

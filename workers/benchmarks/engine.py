@@ -42,7 +42,6 @@ CLI: ``python -m workers.benchmarks.engine --preset llama-3-8b --accelerator h20
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import os
@@ -747,13 +746,20 @@ def _fraction(achieved: float, peak: float) -> tuple[float, bool]:
 
 
 def saturation_batch(points: Sequence[tuple[int, float]], threshold: float) -> int | None:
-    """The first batch whose doubling gains less than ``threshold`` in throughput.
+    """The first batch whose doubling gains less than ``threshold`` in throughput, confirmed
+    by the next doubling where one was measured (one noisy point does not end the scaling).
 
-    ``points``: (batch, tokens/s) in increasing batch order; only pairs where the next batch
-    is twice the previous count. None: throughput still scaled at the largest batch measured.
+    ``points``: (batch, tokens/s) in increasing batch order; only steps where a batch is twice
+    the one before count. None: throughput still scaled at the largest batch measured.
     """
-    for (batch, rate), (next_batch, next_rate) in itertools.pairwise(points):
-        if next_batch == 2 * batch and next_rate < rate * (1.0 + threshold):
+    rates = dict(points)
+
+    def flat(batch: int) -> bool:
+        doubled = rates.get(2 * batch)
+        return doubled is not None and doubled < rates[batch] * (1.0 + threshold)
+
+    for batch, _ in points:
+        if flat(batch) and (4 * batch not in rates or flat(2 * batch)):
             return batch
     return None
 
