@@ -16,14 +16,14 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The main job on embedded defaults (SQLite, in-process tasks): load the example scenario,
-# export the placement problem, solve it and print the plan.
+# export the placement problem, re-plan (solve, store, explain, activate) and print the plan
+# with its region allocations.
 run: setup
 	mkdir -p var
 	$(PY) manage.py migrate --noinput --verbosity 0
 	$(PY) manage.py load_scenario $(SCENARIO)
 	$(PY) manage.py export_problem --output var/problem.json --summary
-	$(PY) -m planner solve var/problem.json --explain > var/solution.json
-	@echo "plan written to var/solution.json"
+	$(PY) manage.py replan --wait
 
 # Lint, type checks, Django checks and the whole test suite (DATABASE_URL picks the database).
 test: setup check pytest
