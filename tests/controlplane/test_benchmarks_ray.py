@@ -8,6 +8,7 @@ Ray starts once for the whole test session (``ray_session``) with 2 CPUs and no 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from controlplane.benchmarks import services
 from controlplane.benchmarks.models import BenchmarkRun
 from controlplane.fleet.models import CapacityFigure
 from tests.controlplane.test_benchmarks_helpers import BenchFleet, make_bench_fleet, make_figure
-from workers.benchmarks import ray_runner
+from workers.benchmarks import engine, ray_runner
 
 
 @pytest.fixture(scope="session")
@@ -92,3 +93,19 @@ def test_waiting_for_gpus_gives_up_after_the_wait(ray_session: None) -> None:
     with pytest.raises(ray_runner.BenchmarkRunFailed, match=r"0 GPUs after waiting 0.2 s"):
         ray_runner.wait_for_gpus(1, wait_s=0.2, poll_s=0.05)
     assert ray_runner.wait_for_gpus(0, wait_s=0) == 0
+
+
+def test_an_error_inside_the_ray_task_names_its_cause(ray_session: None) -> None:
+    job = {
+        "model": {**asdict(engine.PRESETS["tiny"]), "attention_heads": 5},
+        "workload": {
+            "prompt_tokens_mean": 8,
+            "prompt_tokens_p95": 8,
+            "output_tokens_mean": 4,
+            "output_tokens_p95": 4,
+        },
+        "device": "cpu",
+        "gpus": 0,
+    }
+    with pytest.raises(ray_runner.BenchmarkRunFailed, match=r"^ValueError: attention_heads: 5"):
+        ray_runner.run_engine_job(job, timeout_s=300)

@@ -186,6 +186,25 @@ def test_roofline_must_be_positive() -> None:
         Roofline(peak_flops=0.0, memory_bytes_per_s=1.0, source="x")
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_graph_replays_the_eager_decode() -> None:
+    device = torch.device("cuda")
+    model = Decoder(TINY, [device], torch.float32, max_positions=64, seed=3).eval()
+    with torch.inference_mode():
+        ends = []
+        for use_graph in (False, True):
+            run, reset, held = engine._decode_runner(model, 4, 16, 6, [device], use_graph)
+            reset()
+            run()
+            torch.cuda.synchronize()
+            cache, tokens, position = held[0], held[1], held[2]
+            ends.append((cache[-1].k.clone(), tokens.clone(), int(position.item())))
+    (k_eager, tokens_eager, end_eager), (k_graph, tokens_graph, end_graph) = ends
+    assert end_eager == end_graph == 22
+    torch.testing.assert_close(k_graph, k_eager)
+    assert torch.equal(tokens_graph, tokens_eager)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible")
 def test_asking_for_cuda_without_a_gpu_is_a_clear_error() -> None:
     with pytest.raises(EngineBenchmarkError, match="no CUDA device is visible"):

@@ -1038,7 +1038,9 @@ def _decode_runner(
     position = torch.full((1,), context, dtype=torch.long, device=devices[0])
 
     def reset() -> None:
+        # Back to the first step: every timed run decodes the same tokens at the same positions.
         position.fill_(context)
+        tokens.zero_()
 
     if not use_graph:
 
