@@ -25,7 +25,7 @@ from planner.capacity.slo import capacity_at_slo_of
 from planner.capacity.workload import request_cost
 from planner.errors import PlannerInputError
 from workers.benchmarks import loadtest
-from workers.benchmarks.loadgen import Endpoint, LoadGeneratorPool, RequestRecord, ensure_ray
+from workers.benchmarks.loadgen import Endpoint, LoadGeneratorPool, RequestRecord
 from workers.benchmarks.loadtest import (
     KneeReport,
     KneeSearch,
@@ -319,12 +319,17 @@ class Bench:
     pool: LoadGeneratorPool
 
 
-@pytest.fixture(scope="module")
+# Session-scoped: pytest-django runs the database tests of every module before the others,
+# so this module's tests do not run in one stretch, and a module-scoped sweep would run twice.
+@pytest.fixture(scope="session")
 def bench() -> Iterator[Bench]:
     import ray
 
+    from workers.benchmarks.ray_runner import ray_init
+
+    # A Ray another test module started for the session is reused as it is.
     started_here = not ray.is_initialized()
-    ensure_ray(num_cpus=2)
+    ray_init(num_cpus=2)
     config = ReplicaConfig.fifo_slots(
         SLOTS, SLOT_PREFILL * SLOTS, SLOT_DECODE * SLOTS, model="sim", stream_interval_s=0.02
     )
@@ -343,7 +348,7 @@ class Sweep:
     saturation: float
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sweep(bench: Bench) -> Sweep:
     sample = sample_requests(CLASSES, SWEEP_REQUESTS, seed=0)
     unit = unit_rate_arrivals(SWEEP_REQUESTS, seed=0)
@@ -376,12 +381,19 @@ def sweep(bench: Bench) -> Sweep:
     return Sweep(report, predicted, saturation)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def rates(bench: Bench) -> TokenRates:
     # Three users a slot keep requests waiting for every slot that frees while answers travel
-    # back and the next requests come in.
+    # back and the next requests come in. Long prompts keep the prefill probe's request rate,
+    # and so the harness's own work per request, low against the replica's: 2,048-word
+    # prompts would take 310 requests/s to keep eight slots busy, 8,192-word ones take 78.
     return measure_token_rates(
-        bench.pool, bench.endpoint, users=3 * SLOTS, prompt_tokens=2048, output_tokens=256
+        bench.pool,
+        bench.endpoint,
+        users=3 * SLOTS,
+        prompt_tokens=8192,
+        output_tokens=256,
+        requests_per_user=6,
     )
 
 
@@ -431,8 +443,8 @@ def test_closed_loop_reports_more_throughput_than_the_capacity_at_the_slo(sweep:
 
 
 def test_warm_prefix_cache_lowers_ttft_and_bursts_raise_it(bench: Bench, sweep: Sweep) -> None:
-    rate = 0.5 * sweep.saturation
-    common: dict[str, Any] = {"target_ttft_s": TARGET_TTFT_S, "n": 200, "seed": 3}
+    rate = 0.6 * sweep.saturation
+    common: dict[str, Any] = {"target_ttft_s": TARGET_TTFT_S, "n": 150, "seed": 3}
     cold = run_open_loop(bench.pool, bench.endpoint, CLASSES, rate, cache="cold", **common)
     warm = run_open_loop(bench.pool, bench.endpoint, CLASSES, rate, cache="warm", **common)
     assert not cold.failed and not warm.failed
@@ -511,8 +523,10 @@ def test_results_are_stored_as_an_endpoint_load_test_figure(
 
 @pytest.mark.django_db
 def test_an_unreachable_endpoint_is_a_failed_run_that_stores_nothing(bench: Bench) -> None:
+    from controlplane.benchmarks import services
     from controlplane.benchmarks.models import BenchmarkRun
     from controlplane.fleet.models import CapacityFigure
+    from tests.controlplane.test_benchmarks_helpers import make_bench_fleet, make_figure
 
     nowhere = Endpoint(f"http://127.0.0.1:{_free_port()}", "sim", timeout_s=5.0)
     report = find_knee(
@@ -526,17 +540,76 @@ def test_an_unreachable_endpoint_is_a_failed_run_that_stores_nothing(bench: Benc
     assert "50 of 50 requests failed" in report.failure
     assert "Connect" in failed.error_samples[0] or "refused" in failed.error_samples[0]
 
-    run = _started_run(CLASSES, report, nowhere)
-    stored = record_load_test(
-        run=run,
-        report=report,
-        rates=None,
-        max_concurrency=SLOTS,
-        hardware={},
-        software=loadtest.load_test_software(),
+    # The same through a queued run: failed with the reason, and the old figure stays.
+    fleet = make_bench_fleet()
+    previous = make_figure(fleet.shape)
+    run, _ = services.benchmark_run_request(
+        shape=fleet.shape, kind=BenchmarkRun.Kind.ENDPOINT, enqueue=False
     )
-    assert stored == [] and not CapacityFigure.objects.exists()
-    run.refresh_from_db()
-    assert run.status == BenchmarkRun.Status.FAILED
-    assert "endpoint load test failed" in run.error and "50 of 50" in run.error
-    assert run.results["load_test"]["points"][0]["errors"] == 50
+    plan = loadtest.LoadTestPlan(
+        endpoint=nowhere, max_concurrency=SLOTS, first_rate=100.0, requests_per_point=50
+    )
+    ended = loadtest.endpoint_load_test_execute(run_id=run.pk, plan=plan, pool=bench.pool)
+    assert ended is not None and ended.status == BenchmarkRun.Status.FAILED
+    assert "endpoint load test failed" in ended.error and "50 of 50" in ended.error
+    assert ended.results["load_test"]["points"][0]["errors"] == 50
+    assert list(CapacityFigure.objects.all()) == [previous]
+
+
+@pytest.mark.django_db
+def test_a_queued_endpoint_run_measures_the_models_profiles_at_its_tiers_target(
+    bench: Bench,
+) -> None:
+    from controlplane.benchmarks import services
+    from controlplane.benchmarks.models import BenchmarkRun
+    from controlplane.fleet.models import CapacityFigure
+    from controlplane.policies.models import WorkloadProfile
+    from tests.controlplane.test_benchmarks_helpers import make_bench_fleet
+
+    fleet = make_bench_fleet()
+    tier = fleet.tenant.tier
+    tier.p95_ttft_slo_s = TARGET_TTFT_S
+    tier.full_clean()
+    tier.save()
+    # A second version of the tenant's chat profile: the chat class above.
+    chat = CLASSES[0]
+    profile = WorkloadProfile(
+        tenant=fleet.tenant,
+        model=fleet.model,
+        workload_class=fleet.workload_class,
+        version=2,
+        peak_requests_per_s=5,
+        prompt_tokens_p50=chat.prompt.p50,
+        prompt_tokens_mean=chat.prompt.mean,
+        prompt_tokens_p95=2000,
+        prompt_tokens_p99=chat.prompt.p99,
+        output_tokens_p50=chat.output.p50,
+        output_tokens_mean=chat.output.mean,
+        output_tokens_p95=300,
+        output_tokens_p99=chat.output.p99,
+    )
+    profile.full_clean()
+    profile.save()
+    run, _ = services.benchmark_run_request(
+        shape=fleet.shape, kind=BenchmarkRun.Kind.ENDPOINT, enqueue=False
+    )
+    plan = loadtest.LoadTestPlan(
+        endpoint=bench.endpoint,
+        max_concurrency=SLOTS,
+        first_rate=100.0,
+        requests_per_point=80,
+        rel_tol=0.2,
+        probe_users=2 * SLOTS,
+    )
+    ended = loadtest.endpoint_load_test_execute(run_id=run.pk, plan=plan, pool=bench.pool)
+    assert ended is not None and ended.status == BenchmarkRun.Status.SUCCEEDED, ended.error
+    figure = ended.figures.get()
+    assert figure.source == CapacityFigure.Source.ENDPOINT_LOAD_TEST
+    assert figure.knee_requests_per_s is not None and figure.knee_requests_per_s >= 100
+    assert figure.max_concurrency == SLOTS
+    workload = figure.provenance["workload"]
+    assert workload["target_ttft_s"] == TARGET_TTFT_S
+    assert [c["name"] for c in workload["classes"]] == ["acme/chat"]
+    assert workload["classes"][0]["prompt_tokens"]["mean"] == chat.prompt.mean
+    assert figure.provenance["workload_profile_version"] == ended.workload_profile_version
+    assert ended.results["load_test"]["knee_rate_per_s"] == figure.knee_requests_per_s

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import math
 import socket
 import time
@@ -49,7 +48,6 @@ __all__ = [
     "LoadGenerator",
     "LoadGeneratorPool",
     "RequestRecord",
-    "ensure_ray",
 ]
 
 Api = Literal["completions", "chat"]
@@ -349,28 +347,10 @@ class LoadGenerator:
         return records
 
 
-def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> None:
-    """Connect to Ray if this process is not connected yet.
-
-    ``address`` (or the ``RAY_ADDRESS`` environment variable) joins a running cluster; without
-    either a local one starts, with ``num_cpus`` CPUs (default: all).
-    """
-    import ray
-
-    if ray.is_initialized():
-        return
-    ray.init(
-        address=address,
-        num_cpus=num_cpus if address is None else None,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.ERROR,
-    )
-
-
 class LoadGeneratorPool:
-    """``generators`` load-generator actors on the connected Ray cluster (``ensure_ray``),
-    spread over its nodes, each reserving ``cpus_per_generator`` CPUs; reused across runs."""
+    """``generators`` load-generator actors on the connected Ray cluster
+    (``workers.benchmarks.ray_runner.ray_init``), spread over its nodes, each reserving
+    ``cpus_per_generator`` CPUs; reused across runs."""
 
     def __init__(self, generators: int = 2, *, cpus_per_generator: float = 1.0) -> None:
         import ray
@@ -378,7 +358,7 @@ class LoadGeneratorPool:
         if isinstance(generators, bool) or not isinstance(generators, int) or generators < 1:
             raise PlannerInputError("generators", f"must be a whole number >= 1, got {generators}")
         if not ray.is_initialized():
-            raise RuntimeError("connect to Ray first (workers.benchmarks.loadgen.ensure_ray)")
+            raise RuntimeError("connect to Ray first (workers.benchmarks.ray_runner.ray_init)")
         remote = ray.remote(LoadGenerator).options(
             num_cpus=cpus_per_generator, scheduling_strategy="SPREAD"
         )

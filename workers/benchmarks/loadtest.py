@@ -65,7 +65,7 @@ from workers.benchmarks.workload import (
 
 if TYPE_CHECKING:  # Django is needed only to record results, never to run a test.
     from controlplane.benchmarks.models import BenchmarkRun
-    from controlplane.fleet.models import CapacityFigure, WorkloadClass
+    from controlplane.fleet.models import CapacityFigure, ReplicaShape, WorkloadClass
 
 __all__ = [
     "FIRST_POINT_UTILISATION",
@@ -73,11 +73,13 @@ __all__ = [
     "KneeSearch",
     "LatencyPercentiles",
     "LoadTestFailed",
+    "LoadTestPlan",
     "RunReport",
     "StageLatencies",
     "SweepPoint",
     "TokenRates",
     "cost_model_knee",
+    "endpoint_load_test_execute",
     "find_knee",
     "load_test_software",
     "load_test_workload",
@@ -989,11 +991,9 @@ def load_test_software() -> dict[str, str]:
     return versions
 
 
-def load_test_workload(
-    classes: Sequence[ClassProfile], report: KneeReport, endpoint: Endpoint
+def _workload_record(
+    classes: Sequence[ClassProfile], settings: Mapping[str, object], endpoint: Endpoint
 ) -> dict[str, object]:
-    """What a sweep measured, as the benchmark run records it (``benchmark_run_start``'s
-    ``workload``): the class mix, the target and the sweep's settings, and the endpoint."""
     return {
         "classes": [
             {
@@ -1005,14 +1005,25 @@ def load_test_workload(
             }
             for c in classes
         ],
+        **settings,
+        "endpoint": {"base_url": endpoint.base_url, "model": endpoint.model, "api": endpoint.api},
+    }
+
+
+def load_test_workload(
+    classes: Sequence[ClassProfile], report: KneeReport, endpoint: Endpoint
+) -> dict[str, object]:
+    """What a sweep measured, as the benchmark run records it (``benchmark_run_start``'s
+    ``workload``): the class mix, the target and the sweep's settings, and the endpoint."""
+    settings = {
         "target_ttft_s": report.target_ttft_s,
         "quantile": report.quantile,
         "cache": report.cache,
         "requests_per_point": report.requests_per_point,
         "seed": report.seed,
         "cv": report.cv,
-        "endpoint": {"base_url": endpoint.base_url, "model": endpoint.model, "api": endpoint.api},
     }
+    return _workload_record(classes, settings, endpoint)
 
 
 def record_load_test(
@@ -1064,3 +1075,151 @@ def record_load_test(
     return services.benchmark_results_record(
         run=run, figures=[figure], results=results, hardware=hardware, software=software
     )
+
+
+@dataclass(frozen=True)
+class LoadTestPlan:
+    """How an endpoint run is driven (``endpoint_load_test_execute``).
+
+    ``target_ttft_s`` None: the strictest p95 TTFT SLO among the tiers of the tenants whose
+    profiles make the load. ``first_rate`` None: 0.7 × the replica request rate the shape's
+    freshest capacity figure predicts for the mix (its knee when it has one), else 1 req/s.
+    ``probe_users`` None: twice ``max_concurrency``.
+    """
+
+    endpoint: Endpoint
+    max_concurrency: int
+    target_ttft_s: float | None = None
+    quantile: float = 0.95
+    first_rate: float | None = None
+    max_rate: float | None = None
+    requests_per_point: int = 1000
+    seed: int = 0
+    cv: float = 1.0
+    cache: CacheState = "cold"
+    rel_tol: float = 0.02
+    max_points: int = 12
+    closed_loop_users: int | None = None
+    probe_users: int | None = None
+    generators: int = 2
+
+
+def _first_rate(shape: ReplicaShape, classes: Sequence[ClassProfile]) -> float:
+    from controlplane.benchmarks import selectors
+    from planner.capacity.workload import (
+        RequestClass,
+        mean_request_cost,
+        replica_request_rate,
+    )
+
+    figure = selectors.freshest_figure(shape)
+    if figure is None:
+        return 1.0
+    if figure.knee_requests_per_s:
+        return float(figure.knee_requests_per_s)
+    mix = [RequestClass(c.name, c.share, c.prompt.mean, c.output.mean) for c in classes]
+    cost = mean_request_cost(mix, figure.prefill_tokens_per_s, figure.decode_tokens_per_s)
+    return FIRST_POINT_UTILISATION * replica_request_rate(cost)
+
+
+def endpoint_load_test_execute(
+    *,
+    run_id: int,
+    plan: LoadTestPlan,
+    task_id: str = "",
+    pool: LoadGeneratorPool | None = None,
+) -> BenchmarkRun | None:
+    """Run the queued endpoint load test ``run_id`` against ``plan.endpoint``, a replica of
+    the run's shape, and record it; returns the run as it ended (None: no such run).
+
+    The load is the shape's model's current workload profiles (``classes_from_profiles``).
+    The run is started (``benchmark_run_start``, recording the load and the sweep settings),
+    the knee is found and the token rates probed, and ``record_load_test`` stores the figure
+    or fails the run. Never raises for a failed test: an unreachable endpoint, a model without
+    profiles or Ray failing marks the run failed with the reason. Load generators come from
+    ``pool``, else ``plan.generators`` new ones on the Ray the benchmark settings name.
+    """
+    from controlplane.benchmarks import selectors, services
+    from controlplane.benchmarks.conf import benchmark_settings
+    from controlplane.benchmarks.models import BenchmarkRun
+    from workers.benchmarks.ray_runner import ray_init
+    from workers.benchmarks.workload import classes_from_profiles
+
+    found = BenchmarkRun.objects.select_related("shape__model").filter(pk=run_id).first()
+    if found is None:
+        return None
+    if found.kind != BenchmarkRun.Kind.ENDPOINT:
+        raise services.RunStateError(f"benchmark run {run_id} is an {found.kind} run")
+    profiles = selectors.current_profiles(found.shape.model)
+    try:
+        classes = classes_from_profiles(profiles)
+        target = plan.target_ttft_s or min(p.tenant.tier.p95_ttft_slo_s for p in profiles)
+    except PlannerInputError as exc:
+        services.benchmark_run_fail(run=found, error=f"no load to send: {exc}")
+        return BenchmarkRun.objects.get(pk=run_id)
+    settings = {
+        "target_ttft_s": target,
+        "quantile": plan.quantile,
+        "cache": plan.cache,
+        "requests_per_point": plan.requests_per_point,
+        "seed": plan.seed,
+        "cv": plan.cv,
+    }
+    try:
+        started = services.benchmark_run_start(
+            run=found,
+            task_id=task_id,
+            workload=_workload_record(classes, settings, plan.endpoint),
+        )
+    except services.RunStateError:
+        return BenchmarkRun.objects.get(pk=run_id)
+    software = load_test_software()
+    hardware: dict[str, object] = {}
+    own_pool = pool is None
+    try:
+        if pool is None:
+            conf = benchmark_settings()
+            ray_init(conf.ray_address or None, num_cpus=conf.ray_num_cpus)
+            pool = LoadGeneratorPool(plan.generators)
+        hardware = {"load_generators": list(pool.hosts)}
+        report = find_knee(
+            pool,
+            plan.endpoint,
+            classes,
+            target,
+            first_rate=plan.first_rate or _first_rate(started.shape, classes),
+            max_rate=plan.max_rate,
+            quantile=plan.quantile,
+            n=plan.requests_per_point,
+            seed=plan.seed,
+            cv=plan.cv,
+            cache=plan.cache,
+            rel_tol=plan.rel_tol,
+            max_points=plan.max_points,
+            closed_loop_users=plan.closed_loop_users,
+        )
+        rates = None
+        if not report.failed:
+            rates = measure_token_rates(
+                pool,
+                plan.endpoint,
+                users=plan.probe_users or 2 * plan.max_concurrency,
+                target_ttft_s=target,
+            )
+        record_load_test(
+            run=started,
+            report=report,
+            rates=rates,
+            max_concurrency=plan.max_concurrency,
+            hardware=hardware,
+            software=software,
+        )
+    except Exception as exc:  # every failure is recorded on the run, none escapes
+        message = str(exc) if isinstance(exc, PlannerInputError) else f"{type(exc).__name__}: {exc}"
+        services.benchmark_run_fail(
+            run=started, error=message[:2000], hardware=hardware, software=software
+        )
+    finally:
+        if own_pool and pool is not None:
+            pool.close()
+    return BenchmarkRun.objects.get(pk=run_id)
