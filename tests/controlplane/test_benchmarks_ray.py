@@ -77,6 +77,11 @@ def test_a_gpu_shape_on_a_ray_without_gpus_fails_clearly(
 ) -> None:
     settings.HEADROOM_BENCHMARK_DEVICE = "gpu"
     settings.HEADROOM_BENCHMARK_GPU_WAIT_S = 0
+    # One GPU more than the session's Ray has: 1 on a Ray without GPUs (this fixture's), and
+    # still too many where another module started Ray on a machine with GPUs.
+    have = int(ray_runner.cluster_gpus())
+    fleet.shape.gpus_per_replica = have + 1
+    fleet.shape.save()
     previous = make_figure(fleet.shape, age_days=45)
     # Through the Celery task, run in-process at commit (no broker in tests).
     with django_capture_on_commit_callbacks(execute=True):
@@ -84,7 +89,9 @@ def test_a_gpu_shape_on_a_ray_without_gpus_fails_clearly(
     assert created
     run.refresh_from_db()
     assert run.status == BenchmarkRun.Status.FAILED
-    assert run.error.startswith("BenchmarkRunFailed: the Ray cluster has 0 GPUs, the shape needs 1")
+    assert run.error.startswith(
+        f"BenchmarkRunFailed: the Ray cluster has {have} GPUs, the shape needs {have + 1}"
+    )
     assert list(CapacityFigure.objects.filter(shape=fleet.shape)) == [previous]
     assert run.figures.count() == 0 and run.finished_at is not None
 
