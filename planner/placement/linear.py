@@ -92,6 +92,8 @@ class Backend(Protocol):
 
     def set_upper_bound(self, var: int, ub: float) -> None: ...
 
+    def fix(self, var: int, value: float) -> None: ...
+
     def solve(
         self,
         objective: Mapping[int, float],
@@ -117,27 +119,22 @@ class MathOptBackend:
         self._workers = workers
         self._seed = seed
         self._model = mathopt.Model(name="placement")
-        m = self._model
-        self._vars = [
-            (
-                m.add_integer_variable(lb=lb, ub=ub, name=n)
-                if integer
-                else m.add_variable(lb=lb, ub=ub, name=n)
-            )
-            for lb, ub, integer, n in zip(
-                model.var_lb, model.var_ub, model.var_integer, model.var_name, strict=True
-            )
-        ]
-        self._integer = list(model.var_integer)
+        self._vars: list[mathopt.Variable] = []
+        self._integer: list[bool] = []
+        for lb, ub, integer, var_name in zip(
+            model.var_lb, model.var_ub, model.var_integer, model.var_name, strict=True
+        ):
+            self.add_var(lb, ub, integer=integer, name=var_name)
         for terms, lo, hi in zip(model.row_terms, model.row_lo, model.row_hi, strict=True):
             self.add_row(terms, lo, hi)
 
     def add_var(self, lb: float, ub: float, *, integer: bool, name: str) -> int:
         m = self._model
+        # Names stay in LinearModel; MathOpt refuses repeats and needs none to solve.
         if integer:
-            self._vars.append(m.add_integer_variable(lb=lb, ub=ub, name=name))
+            self._vars.append(m.add_integer_variable(lb=lb, ub=ub))
         else:
-            self._vars.append(m.add_variable(lb=lb, ub=ub, name=name))
+            self._vars.append(m.add_variable(lb=lb, ub=ub))
         self._integer.append(integer)
         return len(self._vars) - 1
 
@@ -149,7 +146,11 @@ class MathOptBackend:
     def set_upper_bound(self, var: int, ub: float) -> None:
         self._vars[var].upper_bound = ub
 
-    def _params(self, time_limit_s: float) -> mathopt.SolveParameters:
+    def fix(self, var: int, value: float) -> None:
+        self._vars[var].lower_bound = value
+        self._vars[var].upper_bound = value
+
+    def _params(self, time_limit_s: float, *, tight: bool = True) -> mathopt.SolveParameters:
         params = mathopt.SolveParameters(
             time_limit=datetime.timedelta(seconds=max(0.01, time_limit_s)),
             enable_output=False,
@@ -157,6 +158,8 @@ class MathOptBackend:
             relative_gap_tolerance=OPTIMALITY_GAP,
             absolute_gap_tolerance=1e-9,
         )
+        if not tight:
+            return params
         if self._solver == mathopt.SolverType.HIGHS:
             params.highs.double_options["mip_feasibility_tolerance"] = FEASIBILITY_TOLERANCE
             params.highs.double_options["primal_feasibility_tolerance"] = FEASIBILITY_TOLERANCE
@@ -178,7 +181,7 @@ class MathOptBackend:
         for var, coef in objective.items():
             m.objective.set_linear_coefficient(self._vars[var], coef)
         model_params = None
-        if hint is not None and self._solver == mathopt.SolverType.GSCIP:
+        if hint is not None:
             model_params = mathopt.ModelSolveParameters(
                 solution_hints=[
                     mathopt.SolutionHint(
@@ -187,9 +190,32 @@ class MathOptBackend:
                 ]
             )
         started = time.perf_counter()
-        result = mathopt.solve(
-            m, self._solver, params=self._params(time_limit_s), model_params=model_params
-        )
+        try:
+            result = mathopt.solve(
+                m, self._solver, params=self._params(time_limit_s), model_params=model_params
+            )
+        except Exception:
+            # HiGHS can refuse its own answer at so tight a tolerance ("claims optimality,
+            # but with primal infeasibilities" of 1e-9); once more at its defaults, and the
+            # caller's exact check decides. (ortools can also fail while converting the
+            # error, hence the broad except.)
+            left = time_limit_s - (time.perf_counter() - started)
+            try:
+                result = mathopt.solve(
+                    m,
+                    self._solver,
+                    params=self._params(left, tight=False),
+                    model_params=model_params,
+                )
+            except Exception:
+                return Outcome(
+                    proven_optimal=False,
+                    infeasible=False,
+                    values=None,
+                    objective=None,
+                    bound=None,
+                    seconds=time.perf_counter() - started,
+                )
         seconds = time.perf_counter() - started
         reason = result.termination.reason
         infeasible = reason in (
@@ -286,6 +312,9 @@ class CpSatBackend:
     def set_upper_bound(self, var: int, ub: float) -> None:
         scaled = math.floor(ub * self._scale[var] + 1e-9)
         self._model.add(self._vars[var] <= scaled)
+
+    def fix(self, var: int, value: float) -> None:
+        self._model.add(self._vars[var] == round(value * self._scale[var]))
 
     def solve(
         self,

@@ -2,40 +2,49 @@
 
 Index sets are sorted by name so that the same problem always builds the same model.
 
-Variables (one ``LinearModel`` per independent component of the problem):
+Variables, per part of the problem (``Part``: regions × models linked by demands):
 
 - ``f[route]`` in [0, 1]: share of a demand's planned rate ``R_d`` served on a route
   (region, shape); the spec's ``x[d,r,s] = R_d · f``. Shares keep every coefficient in
   replica units and make the max-min fairness of the spec a bound on ``1 − v``.
 - ``v[d]`` in [0, 1]: share of ``R_d`` left unserved (``u[d] = R_d · v``).
-- ``n[z,s]`` whole replicas, bounded by the zone's inventory.
-- ``m[r,s]`` whole: the largest zone count of the shape in the region, when zone-promised
-  demand can land there; zone loss for every zone is then one row, ``Lz ≤ N − m``.
+- Replicas of a shape in a region (a ``Block``), in one of two forms:
+  *pooled*: ``N`` whole, plus (for zone promises) ``m`` whole, the largest zone count, and
+  continuous zone counts ``n[z] ≤ m`` with ``Σ n[z] = N`` that only witness a split. Whole
+  ``N`` and ``m`` with integral zone caps always admit a whole split, so the zones are not
+  branched on and their symmetry (zones of a region are interchangeable) costs nothing.
+  *zonal*: whole ``n[z]`` per zone, where per-zone counts matter to the objective (a
+  previous plan to stay close to) or to a constraint (an inventory row shared by shapes).
 - ``y[r,s]`` binary: promised demand is served on (r, s); the N+1 row is ``Lp ≤ N − y``.
   The spec asks for the spare wherever ``N ≥ 1``; with no promised load that row
-  (``0 ≤ N − 1``) holds anyway, so "promised load > 0" is the same rule, and it can be tied
-  to each promised route by ``f ≤ y`` (a facility-location tightening) instead of a big-M
-  on ``N``.
+  (``0 ≤ N − 1``) holds anyway, so "promised load > 0" is the same rule, tied to each
+  promised route by ``f ≤ y`` (a facility-location tightening) rather than a big-M on N.
 
-Rows, per region and shape, all divided by the target utilisation so that they read in
+Rows, per region and shape, divided by the target utilisation so that they read in
 replicas: capacity ``Σ f·R·c/U ≤ N``; N+1 ``Σ_{promise ≥ n+1} f·R·c/U + y ≤ N``; zone loss
-``Σ_{promise = zone} f·R·c/U + m ≤ N`` and ``n[z] ≤ m``; concurrency
-``Σ f·R·residence/max_concurrency ≤ N``; per zone and accelerator, inventory
-``Σ n·gpus ≤ GPUs``; per demand ``Σ f + v = 1``.
+``Σ_{promise = zone} f·R·c/U + m ≤ N`` with ``n[z] ≤ m`` (so every zone's loss is covered);
+concurrency ``Σ f·R·residence/max_concurrency ≤ N``; per demand ``Σ f + v = 1``.
+
+Inventory per zone and accelerator is added only where shapes compete for it
+(``coupled``): a pooled plan is split into zones afterwards (``split_pooled``) and only
+where no split fits the inventory does the solver add those rows and solve again. A model
+without them is a relaxation, so a plan that splits is optimal for the full problem too.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from planner.capacity._checks import ceil_count
 from planner.placement.linear import LinearModel
 from planner.placement.problem import Demand, Problem, Shape
 
-# Relative tolerance for "this row holds": float noise only (see planner.capacity's
-# ceil_count). Far below the spec's 1e-6, so a plan never leans on the spec's tolerance.
+# Relative tolerance for "this row holds": float noise only (planner.capacity's
+# ceil_count uses the same). Far below the spec's 1e-6, so a plan never leans on the spec's
+# tolerance to save a replica.
 ROW_TOLERANCE = 1e-9
 
 
@@ -58,6 +67,14 @@ class Route:
 
 
 @dataclass(frozen=True)
+class Part:
+    """An independent part of the problem: (region, model) pairs and their demands."""
+
+    cells: tuple[tuple[str, str], ...]
+    demands: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Instance:
     """The problem with its index sets built: sorted demands and the routes of each.
 
@@ -73,6 +90,7 @@ class Instance:
     regions: tuple[str, ...]
     zones_of: Mapping[str, tuple[str, ...]]
     shapes: tuple[Shape, ...]
+    previous: Mapping[tuple[str, str], int]
 
     @staticmethod
     def build(problem: Problem) -> Instance:
@@ -122,6 +140,11 @@ class Instance:
                             )
                         )
             routes_of.append(tuple(mine))
+        previous = {
+            (row.zone, row.shape): row.replicas
+            for row in problem.previous or ()
+            if row.replicas > 0
+        }
         return Instance(
             problem=problem,
             demands=demands,
@@ -130,61 +153,105 @@ class Instance:
             regions=regions,
             zones_of=zones_of,
             shapes=shapes,
+            previous=previous,
         )
 
-    def components(self) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
-        """Independent parts: (regions, demands) linked by demands that may use them.
+    def parts(self, coupled: Collection[tuple[str, str]] = ()) -> list[Part]:
+        """Independent parts: (region, model) cells linked by demands that may use them.
 
-        Regions no demand can reach join no part unless a previous plan has replicas there
-        (which the plan may keep or drop). Parts come sorted by their first region.
+        ``coupled`` (region, accelerator) pairs, whose inventory the models share, link every
+        model with a shape on that accelerator there. Cells no demand can reach join a part
+        only where a previous plan has replicas (which the plan may keep or drop).
         """
-        parent = {r: r for r in self.regions}
+        problem = self.problem
+        parent: dict[tuple[str, str], tuple[str, str]] = {}
 
-        def find(r: str) -> str:
-            while parent[r] != r:
-                parent[r] = parent[parent[r]]
-                r = parent[r]
-            return r
+        def find(c: tuple[str, str]) -> tuple[str, str]:
+            parent.setdefault(c, c)
+            while parent[c] != c:
+                parent[c] = parent[parent[c]]
+                c = parent[c]
+            return c
 
-        for di in range(len(self.demands)):
-            regions = sorted({self.routes[i].region for i in self.routes_of[di]})
-            for other in regions[1:]:
-                a, b = find(regions[0]), find(other)
-                if a != b:
-                    parent[max(a, b)] = min(a, b)
-        used = {self.routes[i].region for i in range(len(self.routes))}
-        if self.problem.previous:
-            used |= {
-                self.problem.region_of_zone(row.zone)
-                for row in self.problem.previous
-                if row.replicas > 0
-            }
-        groups: dict[str, list[str]] = defaultdict(list)
-        for r in self.regions:
-            if r in used:
-                groups[find(r)].append(r)
-        demands_of: dict[str, list[int]] = defaultdict(list)
-        for di in range(len(self.demands)):
-            if self.routes_of[di]:
-                demands_of[find(self.routes[self.routes_of[di][0]].region)].append(di)
+        def union(a: tuple[str, str], b: tuple[str, str]) -> None:
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+
+        for di, ris in enumerate(self.routes_of):
+            cells = sorted({(self.routes[ri].region, self.demands[di].model) for ri in ris})
+            for c in cells:
+                find(c)
+            for c in cells[1:]:
+                union(cells[0], c)
+        for z, s in self.previous:
+            find((problem.region_of_zone(z), problem.shape(s).model))
+        for region, accelerator in sorted(coupled):
+            cells = sorted(
+                c
+                for c in list(parent)
+                if c[0] == region
+                and any(s.accelerator == accelerator and s.model == c[1] for s in self.shapes)
+            )
+            for c in cells[1:]:
+                union(cells[0], c)
+        groups: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
+        for c in sorted(parent):
+            groups[find(c)].append(c)
+        demands_of: dict[tuple[str, str], list[int]] = defaultdict(list)
+        for di, ris in enumerate(self.routes_of):
+            if ris:
+                first = self.routes[ris[0]]
+                demands_of[find((first.region, self.demands[di].model))].append(di)
         return [
-            (tuple(groups[root]), tuple(demands_of[root]))
+            Part(cells=tuple(groups[root]), demands=tuple(demands_of[root]))
             for root in sorted(groups, key=lambda k: groups[k][0])
         ]
 
 
+@dataclass(frozen=True)
+class Formulation:
+    """Choices in how the model is written; each was measured (docs/placement.md).
+
+    ``pooled``: N and the largest zone count per block instead of whole counts per zone.
+    ``link_routes``: ``f ≤ y`` per promised route (else one aggregated big-M row).
+    ``spare_floor``: ``N ≥ 2y``: a block with promised load holds at least two replicas.
+    ``zone_link``: ``f ≤ m`` per zone-promised route: serving it needs a replica per zone.
+    ``open_indicator``: a binary per block that any route needs, with ``N ≥ open``.
+    """
+
+    pooled: bool = True
+    link_routes: bool = True
+    spare_floor: bool = True
+    zone_link: bool = True
+    open_indicator: bool = False
+
+
 @dataclass
 class Block:
-    """One region and shape: its zone replica variables, routes and helper variables."""
+    """One region and shape: its replica variables, routes and helper variables.
+
+    ``count`` is the variable for N (pooled) or None (zonal, N = Σ n); ``n`` maps a zone to
+    its (whole, zonal; continuous, pooled) zone-count variable; ``n_ub`` to the replicas
+    the zone's inventory could hold on its own.
+    """
 
     region: str
     shape: Shape
     price: float  # $/hour of one replica here
-    n: dict[str, int]  # zone -> variable
-    n_ub: dict[str, int]  # zone -> most replicas the zone's inventory allows
+    zonal: bool
+    n: dict[str, int]
+    n_ub: dict[str, int]
+    count: int | None = None
     routes: list[int] = field(default_factory=list)  # indices into Instance.routes
     max_zone: int | None = None
     promised: int | None = None
+
+    def count_terms(self, coef: float = 1.0) -> list[tuple[int, float]]:
+        """N as a linear expression, times ``coef``."""
+        if self.count is not None:
+            return [(self.count, coef)]
+        return [(var, coef) for var in self.n.values()]
 
 
 @dataclass
@@ -195,54 +262,73 @@ class Plan:
     share: dict[int, float]  # route index -> f
 
 
+class SplitFailed(Exception):
+    """No whole split of pooled replicas fits these (region, accelerator) inventories."""
+
+    def __init__(self, keys: Collection[tuple[str, str]]) -> None:
+        super().__init__(", ".join(f"{r}/{a}" for r, a in sorted(keys)))
+        self.keys = frozenset(keys)
+
+
 class PlacementModel:
-    """The MIP of one component (regions and the demands that may use them)."""
+    """The MIP of one part of the problem."""
 
     def __init__(
         self,
         instance: Instance,
-        regions: Sequence[str],
-        demands: Sequence[int],
+        part: Part,
         *,
-        link_promised_routes: bool = True,
+        coupled: Collection[tuple[str, str]] = (),
+        places: Mapping[tuple[str, str], Site] | None = None,
+        formulation: Formulation = Formulation(),
     ) -> None:
         self.instance = instance
         problem = instance.problem
-        self.regions = tuple(regions)
-        self.demands = tuple(demands)
+        self.part = part
+        self.demands = part.demands
+        self.coupled = frozenset(coupled)
         self.lm = LinearModel()
         lm = self.lm
-        self.previous: dict[tuple[str, str], int] = {}
-        region_set = set(regions)
-        if problem.previous:
-            for row in problem.previous:
-                if problem.region_of_zone(row.zone) in region_set and row.replicas > 0:
-                    self.previous[(row.zone, row.shape)] = row.replicas
-
-        # Routes and the blocks they land in.
-        self.route_ids: list[int] = [ri for di in self.demands for ri in instance.routes_of[di]]
-        self.blocks: dict[tuple[str, str], Block] = {}
-        wanted: set[tuple[str, str]] = {
-            (instance.routes[ri].region, instance.routes[ri].shape) for ri in self.route_ids
+        cells = set(part.cells)
+        self.previous = {
+            key: n
+            for key, n in instance.previous.items()
+            if (problem.region_of_zone(key[0]), problem.shape(key[1]).model) in cells
         }
-        wanted |= {(problem.region_of_zone(z), s) for z, s in self.previous}
-        for r in self.regions:
-            multiplier = problem.region(r).price_multiplier
-            for s in instance.shapes:
-                if (r, s.name) not in wanted:
-                    continue
-                price = s.gpus * problem.accelerator(s.accelerator).price_per_gpu_hour * multiplier
-                n: dict[str, int] = {}
-                n_ub: dict[str, int] = {}
-                for z in instance.zones_of[r]:
-                    cap = problem.inventory_gpus(z, s.accelerator) // s.gpus
-                    if cap > 0:
-                        n[z] = lm.add_var(0, cap, integer=True, name=f"n[{z},{s.name}]")
-                        n_ub[z] = cap
-                if n:
-                    self.blocks[(r, s.name)] = Block(region=r, shape=s, price=price, n=n, n_ub=n_ub)
+        previous_blocks = {(problem.region_of_zone(z), s) for z, s in self.previous}
 
-        # Route shares and unserved shares.
+        self.route_ids: list[int] = [ri for di in self.demands for ri in instance.routes_of[di]]
+        wanted = {
+            (instance.routes[ri].region, instance.routes[ri].shape) for ri in self.route_ids
+        } | previous_blocks
+        places = sites(instance) if places is None else places
+        self.places = places
+        self.blocks: dict[tuple[str, str], Block] = {}
+        for key in sorted(wanted):
+            site = places.get(key)
+            if site is None:
+                continue  # previous replicas where the inventory is gone: they must go
+            r, s_name = key
+            s = site.shape
+            zonal = (
+                not formulation.pooled
+                or key in previous_blocks
+                or (r, s.accelerator) in self.coupled
+            )
+            block = Block(
+                region=r, shape=s, price=site.price, zonal=zonal, n={}, n_ub=dict(site.n_ub)
+            )
+            if zonal:
+                block.n = {
+                    z: lm.add_var(0, ub, integer=True, name=f"n[{z},{s_name}]")
+                    for z, ub in site.n_ub.items()
+                }
+            else:
+                block.count = lm.add_var(
+                    0, sum(site.n_ub.values()), integer=True, name=f"N[{r},{s_name}]"
+                )
+            self.blocks[key] = block
+
         self.f: dict[int, int] = {}
         for ri in self.route_ids:
             route = instance.routes[ri]
@@ -256,15 +342,18 @@ class PlacementModel:
             lm.add_row(terms, 1.0, 1.0, name=f"demand[{instance.demands[di].id}]")
 
         for key in sorted(self.blocks):
-            self._block_rows(self.blocks[key], link_promised_routes)
+            self._block_rows(self.blocks[key], formulation)
         self._inventory_rows()
 
-        # |n − previous| for the change objective, where a previous row exists.
+        # |n − previous| for the change objective: per zone where a previous row exists,
+        # N itself for a block with none (its previous is 0 everywhere).
         self.change_terms: dict[int, float] = {}
-        self.change_constant = 0.0
         self.change_aux: dict[tuple[str, str], int] = {}
         if problem.previous is not None:
             for block in self.blocks.values():
+                if not block.zonal:
+                    self.change_terms.update(dict(block.count_terms()))
+                    continue
                 for z, var in block.n.items():
                     prev = self.previous.get((z, block.shape.name), 0)
                     if prev == 0:
@@ -275,29 +364,35 @@ class PlacementModel:
                     lm.add_row([(aux, 1.0), (var, 1.0)], prev, math.inf, name="dn-")
                     self.change_aux[(z, block.shape.name)] = aux
                     self.change_terms[aux] = 1.0
-            modelled = {(z, b.shape.name) for b in self.blocks.values() for z in b.n}
-            # Previous replicas where no variable exists (the zone lost its GPUs) must go.
-            self.change_constant = float(
-                sum(p for key, p in self.previous.items() if key not in modelled)
-            )
 
     # ----------------------------------------------------------------------------------
-    def _block_rows(self, block: Block, link_promised_routes: bool) -> None:
+    def _block_rows(self, block: Block, formulation: Formulation) -> None:
         lm = self.lm
-        routes = [self.instance.routes[ri] for ri in block.routes]
-        minus_n = [(var, -1.0) for var in block.n.values()]
         label = f"{block.region},{block.shape.name}"
+        routes = [(ri, self.instance.routes[ri]) for ri in block.routes]
+        minus_n = block.count_terms(-1.0)
+        zonal_routes = [(ri, r) for ri, r in routes if r.promise_level >= 2]
+        if not block.zonal and zonal_routes:
+            # Continuous zone counts witness a split with every zone at most m.
+            for z, ub in block.n_ub.items():
+                block.n[z] = lm.add_var(0.0, ub, integer=False, name=f"n[{z},{block.shape.name}]")
+            lm.add_row(
+                [(var, 1.0) for var in block.n.values()] + minus_n, 0.0, 0.0, name=f"split[{label}]"
+            )
         if not routes:
             return
+        if formulation.open_indicator:
+            y_open = lm.add_var(0, 1, integer=True, name=f"open[{label}]")
+            lm.add_row([(y_open, 1.0), *minus_n], -math.inf, 0.0, name="open-floor")
+            for ri, _ in routes:
+                lm.add_row([(self.f[ri], 1.0), (y_open, -1.0)], -math.inf, 0.0, name="open-any")
         lm.add_row(
-            [(self.f[ri], r.load) for ri, r in zip(block.routes, routes, strict=True)] + minus_n,
+            [(self.f[ri], r.load) for ri, r in routes] + minus_n,
             -math.inf,
             0.0,
             name=f"capacity[{label}]",
         )
-        promised = [
-            (ri, r) for ri, r in zip(block.routes, routes, strict=True) if r.promise_level >= 1
-        ]
+        promised = [(ri, r) for ri, r in routes if r.promise_level >= 1]
         if promised:
             y = lm.add_var(0, 1, integer=True, name=f"y[{label}]")
             block.promised = y
@@ -307,33 +402,39 @@ class PlacementModel:
                 0.0,
                 name=f"n+1[{label}]",
             )
-            if link_promised_routes:
+            if formulation.spare_floor:
+                lm.add_row([(y, 2.0), *minus_n], -math.inf, 0.0, name=f"spare[{label}]")
+            # A route without load (no tokens) needs no spare: no indicator for it.
+            promised = [(ri, r) for ri, r in promised if r.load > 0]
+            if formulation.link_routes:
                 for ri, _ in promised:
                     lm.add_row([(self.f[ri], 1.0), (y, -1.0)], -math.inf, 0.0, name="open")
             else:
-                total = sum(1.0 for _ in promised)
                 lm.add_row(
-                    [(self.f[ri], 1.0) for ri, _ in promised] + [(y, -total)],
+                    [(self.f[ri], 1.0) for ri, _ in promised] + [(y, -float(len(promised)))],
                     -math.inf,
                     0.0,
                     name="open",
                 )
-        zonal = [
-            (ri, r) for ri, r in zip(block.routes, routes, strict=True) if r.promise_level >= 2
-        ]
-        if zonal:
+        if zonal_routes:
             m = lm.add_var(0, max(block.n_ub.values()), integer=True, name=f"m[{label}]")
             block.max_zone = m
             lm.add_row(
-                [(self.f[ri], r.load) for ri, r in zonal] + [(m, 1.0), *minus_n],
+                [(self.f[ri], r.load) for ri, r in zonal_routes] + [(m, 1.0), *minus_n],
                 -math.inf,
                 0.0,
                 name=f"zone[{label}]",
             )
             for var in block.n.values():
                 lm.add_row([(var, 1.0), (m, -1.0)], -math.inf, 0.0, name="max-zone")
-        conc = [(ri, r) for ri, r in zip(block.routes, routes, strict=True) if r.concurrency > 0]
-        if conc:
+            if formulation.zone_link:
+                # Any zone-promised share needs replicas in two zones, so m ≥ 1.
+                for ri, r in zonal_routes:
+                    if r.load > 0:
+                        lm.add_row([(self.f[ri], 1.0), (m, -1.0)], -math.inf, 0.0, name="zone-open")
+        conc = [(ri, r) for ri, r in routes if r.concurrency > 0]
+        if conc and any(r.concurrency > r.load for _, r in conc):
+            # (Where every route needs more capacity than slots, capacity already binds first.)
             lm.add_row(
                 [(self.f[ri], r.concurrency) for ri, r in conc] + minus_n,
                 -math.inf,
@@ -345,21 +446,20 @@ class PlacementModel:
         problem = self.instance.problem
         by_zone: dict[tuple[str, str], list[tuple[int, int, int]]] = defaultdict(list)
         for block in self.blocks.values():
+            if not block.zonal or (block.region, block.shape.accelerator) not in self.coupled:
+                continue
             for z, var in block.n.items():
                 by_zone[(z, block.shape.accelerator)].append((var, block.shape.gpus, block.n_ub[z]))
-        self.inventory_keys: list[tuple[str, str]] = []
         for (z, acc), items in sorted(by_zone.items()):
             gpus = problem.inventory_gpus(z, acc)
-            # One shape alone is already bounded by its variable's upper bound.
             if sum(g * ub for _, g, ub in items) <= gpus:
-                continue
+                continue  # each variable's own bound already keeps the zone within it
             self.lm.add_row(
                 [(var, float(g)) for var, g, _ in items],
                 -math.inf,
                 float(gpus),
                 name=f"inv[{z},{acc}]",
             )
-            self.inventory_keys.append((z, acc))
 
     # ----------------------------------------------------------------------------------
     # Objectives: variable -> coefficient.
@@ -370,10 +470,10 @@ class PlacementModel:
 
     def cost_objective(self) -> dict[int, float]:
         """Σ n · gpus · $/GPU-hour · region multiplier, in $/hour."""
-        return {var: b.price for b in self.blocks.values() for var in b.n.values()}
+        return {var: coef for b in self.blocks.values() for var, coef in b.count_terms(b.price)}
 
     def change_objective(self) -> dict[int, float]:
-        """Σ |n − previous| in replicas (less ``change_constant``, which no plan avoids)."""
+        """Σ |n − previous| in replicas, less previous replicas no variable can keep."""
         return dict(self.change_terms)
 
     def spill_objective(self) -> dict[int, float]:
@@ -390,40 +490,64 @@ class PlacementModel:
     # Plans and variable values.
 
     def plan_from_values(self, values: Sequence[float]) -> Plan:
-        """Read a plan from solver values, cleaning float noise off the shares.
+        """Read a plan from solver values: whole zone counts, and shares cleaned of noise.
 
-        Shares below 1e-12 are dropped; a demand whose served shares add up to within
-        ``ROW_TOLERANCE`` of the whole is scaled to be exactly whole (so no unserved row of
-        1e-13 requests/s appears), which moves a load by at most that relative noise.
+        A share on a block without replicas, or below 1e-12, is solver noise and dropped; a
+        demand whose served shares add up to within ``ROW_TOLERANCE`` of the whole is scaled
+        to exactly whole (no 1e-13 unserved rows). Pooled blocks are then split into zones
+        (``split_pooled``; raises ``SplitFailed`` where the inventory does not allow it).
         """
-        replicas = {
-            (z, b.shape.name): round(values[var])
-            for b in self.blocks.values()
-            for z, var in b.n.items()
-            if round(values[var]) > 0
-        }
+        fixed: dict[tuple[str, str], int] = {}
+        totals: dict[tuple[str, str], int] = {}
+        for key, b in self.blocks.items():
+            if b.zonal:
+                for z, var in b.n.items():
+                    if round(values[var]) > 0:
+                        fixed[(z, b.shape.name)] = round(values[var])
+                totals[key] = sum(round(values[var]) for var in b.n.values())
+            elif b.count is not None:
+                totals[key] = round(values[b.count])
         share: dict[int, float] = {}
         for di in self.demands:
-            mine = {ri: max(0.0, values[self.f[ri]]) for ri in self.instance.routes_of[di]}
-            mine = {ri: s for ri, s in mine.items() if s > 1e-12}
+            mine: dict[int, float] = {}
+            for ri in self.instance.routes_of[di]:
+                route = self.instance.routes[ri]
+                s = max(0.0, values[self.f[ri]])
+                # A share where no replica runs is noise, unless the route weighs nothing.
+                weighs = route.load > 0 or route.concurrency > 0
+                if s > 1e-12 and (totals.get((route.region, route.shape), 0) > 0 or not weighs):
+                    mine[ri] = s
             total = sum(mine.values())
             if total > 1.0 or abs(total - 1.0) <= ROW_TOLERANCE:
                 mine = {ri: s / total for ri, s in mine.items()}
             share.update(mine)
-        return Plan(replicas=replicas, share=share)
+        plan = Plan(replicas=fixed, share=share)
+        pooled = {
+            key: totals[key] for key, b in self.blocks.items() if not b.zonal and totals[key] > 0
+        }
+        plan.replicas.update(
+            split_pooled(
+                self.instance, self.places, pooled_caps(self.instance, plan, pooled), fixed
+            )
+        )
+        return plan
 
     def values_from_plan(self, plan: Plan) -> dict[int, float]:
         """Every model variable's value for ``plan`` (a complete solver hint)."""
         values: dict[int, float] = {}
         for b in self.blocks.values():
-            counts = {z: plan.replicas.get((z, b.shape.name), 0) for z in b.n}
+            counts = {z: plan.replicas.get((z, b.shape.name), 0) for z in b.n_ub}
             for z, var in b.n.items():
                 values[var] = float(counts[z])
+            if b.count is not None:
+                values[b.count] = float(sum(counts.values()))
             if b.max_zone is not None:
                 values[b.max_zone] = float(max(counts.values(), default=0))
             if b.promised is not None:
                 promised = any(
-                    plan.share.get(ri, 0.0) > 0 and self.instance.routes[ri].promise_level >= 1
+                    plan.share.get(ri, 0.0) > 0
+                    and self.instance.routes[ri].promise_level >= 1
+                    and self.instance.routes[ri].load > 0
                     for ri in b.routes
                 )
                 values[b.promised] = 1.0 if promised else 0.0
@@ -442,6 +566,170 @@ class PlacementModel:
         """``objective`` evaluated at ``plan``."""
         values = self.values_from_plan(plan)
         return sum(coef * values[var] for var, coef in objective.items())
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a shape can run in a region: $/hour per replica, replicas each zone can hold."""
+
+    region: str
+    shape: Shape
+    price: float
+    n_ub: Mapping[str, int]
+
+
+def sites(instance: Instance) -> dict[tuple[str, str], Site]:
+    """Every (region, shape) with a zone whose inventory holds at least one replica."""
+    problem = instance.problem
+    out: dict[tuple[str, str], Site] = {}
+    for r in instance.regions:
+        multiplier = problem.region(r).price_multiplier
+        for s in instance.shapes:
+            n_ub = {
+                z: problem.inventory_gpus(z, s.accelerator) // s.gpus
+                for z in instance.zones_of[r]
+                if problem.inventory_gpus(z, s.accelerator) >= s.gpus
+            }
+            if n_ub:
+                price = s.gpus * problem.accelerator(s.accelerator).price_per_gpu_hour * multiplier
+                out[(r, s.name)] = Site(region=r, shape=s, price=price, n_ub=n_ub)
+    return out
+
+
+def plan_rank(instance: Instance, plan: Plan, demands: Iterable[int]) -> tuple[float, ...]:
+    """The spec's objective for ``plan`` over ``demands``, in its strict order.
+
+    (unserved requests/s per priority, most important first; $/hour; Σ|n − previous|;
+    Σ x·rtt). Tuples compare lexicographically, as the objective does.
+    """
+    problem = instance.problem
+    demands = list(demands)
+    unserved: dict[int, float] = defaultdict(float)
+    spill = 0.0
+    for di in demands:
+        rate = instance.demands[di].planned_requests_per_s
+        served = 0.0
+        for ri in instance.routes_of[di]:
+            share = plan.share.get(ri, 0.0)
+            served += share
+            spill += share * rate * instance.routes[ri].rtt_ms
+        unserved[instance.demands[di].priority] += max(0.0, 1.0 - served) * rate
+    cost = sum(
+        n * problem.replica_price_per_hour(z, problem.shape(s))
+        for (z, s), n in plan.replicas.items()
+    )
+    keys = set(plan.replicas) | set(instance.previous)
+    change = float(sum(abs(plan.replicas.get(k, 0) - instance.previous.get(k, 0)) for k in keys))
+    return (*(unserved[p] for p in sorted(unserved)), cost, change, spill)
+
+
+def pooled_caps(
+    instance: Instance, plan: Plan, totals: Mapping[tuple[str, str], int]
+) -> dict[tuple[str, str], tuple[int, int | None]]:
+    """(N, most replicas one zone may hold) per pooled block, from ``plan``'s routed load.
+
+    Zone loss needs ``N − max zone ≥ zone-promised load``, so a zone may hold up to
+    ``N − ⌈Lz⌉`` (float noise ignored, as ``ceil_count``); None where nothing is promised.
+    """
+    loads = block_loads(instance, plan, plan.share)
+    out: dict[tuple[str, str], tuple[int, int | None]] = {}
+    for key, total in totals.items():
+        zonal = loads.get(key, (0.0, 0.0, 0.0, 0.0))[2]
+        out[key] = (total, total - ceil_count(zonal) if zonal > 0 else None)
+    return out
+
+
+def resplit(
+    instance: Instance,
+    places: Mapping[tuple[str, str], Site],
+    plan: Plan,
+    zonal_blocks: Collection[tuple[str, str]],
+) -> Plan:
+    """``plan`` with every pooled block's replicas spread over zones again, all at once.
+
+    Parts are split alone while they are solved; their union must also fit each zone's
+    inventory, which this checks (``SplitFailed`` names the pairs that do not fit).
+    ``zonal_blocks`` keep their zone counts.
+    """
+    problem = instance.problem
+    fixed: dict[tuple[str, str], int] = {}
+    totals: dict[tuple[str, str], int] = defaultdict(int)
+    for (z, s), n in plan.replicas.items():
+        key = (problem.region_of_zone(z), s)
+        if key in zonal_blocks:
+            fixed[(z, s)] = n
+        else:
+            totals[key] += n
+    replicas = dict(fixed)
+    replicas.update(split_pooled(instance, places, pooled_caps(instance, plan, totals), fixed))
+    return Plan(replicas=replicas, share=dict(plan.share))
+
+
+def split_pooled(
+    instance: Instance,
+    places: Mapping[tuple[str, str], Site],
+    pooled: Mapping[tuple[str, str], tuple[int, int | None]],
+    fixed: Mapping[tuple[str, str], int],
+) -> dict[tuple[str, str], int]:
+    """Whole replicas per zone for pooled (region, shape) -> (N, most replicas per zone).
+
+    Per region and accelerator, shapes are placed largest first, each replica into the zone
+    with the fewest of that shape (then the most GPUs left, then by name): an even spread,
+    so a zone loss takes as little as it can, within what ``fixed`` counts leave of the
+    inventory. Raises ``SplitFailed`` naming the (region, accelerator) pairs that do not fit.
+    """
+    problem = instance.problem
+    left: dict[tuple[str, str], int] = {}
+
+    def gpus_left(z: str, acc: str) -> int:
+        if (z, acc) not in left:
+            used = sum(
+                n * problem.shape(s).gpus
+                for (zz, s), n in fixed.items()
+                if zz == z and problem.shape(s).accelerator == acc
+            )
+            left[(z, acc)] = problem.inventory_gpus(z, acc) - used
+        return left[(z, acc)]
+
+    out: dict[tuple[str, str], int] = {}
+    failed: set[tuple[str, str]] = set()
+    # Whole zone counts of zonal blocks from different parts can already overfill a zone.
+    for z, s in fixed:
+        acc = problem.shape(s).accelerator
+        if gpus_left(z, acc) < 0:
+            failed.add((problem.region_of_zone(z), acc))
+    order = sorted(
+        pooled,
+        key=lambda k: (
+            k[0],
+            places[k].shape.accelerator,
+            -places[k].shape.gpus * pooled[k][0],
+            k[1],
+        ),
+    )
+    for key in order:
+        site = places[key]
+        shape = site.shape
+        total, cap = pooled[key]
+        here = dict.fromkeys(site.n_ub, 0)
+        for _ in range(total):
+            room = [
+                z
+                for z in here
+                if (cap is None or here[z] < cap) and gpus_left(z, shape.accelerator) >= shape.gpus
+            ]
+            if not room:
+                failed.add((site.region, shape.accelerator))
+                break
+            z = min(room, key=lambda k: (here[k], -gpus_left(k, shape.accelerator), k))
+            here[z] += 1
+            left[(z, shape.accelerator)] -= shape.gpus
+        for z, n in here.items():
+            if n > 0:
+                out[(z, shape.name)] = n
+    if failed:
+        raise SplitFailed(failed)
+    return out
 
 
 def block_loads(

@@ -21,21 +21,37 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from planner.placement.binding import binding_sentences
 from planner.placement.linear import Backend, BackendName, Outcome, make_backend
-from planner.placement.model import Instance, PlacementModel, Plan, plan_violations
+from planner.placement.model import (
+    Instance,
+    Part,
+    PlacementModel,
+    Plan,
+    Site,
+    SplitFailed,
+    plan_rank,
+    plan_violations,
+    resplit,
+    sites,
+)
 from planner.placement.problem import Problem, ProblemInvalid, parse_problem
 from planner.placement.start import constructive_plan
 
 SOLUTION_FORMAT: Final = "placement-solution/v1"
 DEFAULT_BACKEND: Final[BackendName] = "highs"
 
-# A stage's optimum is fixed for the later stages with this relative slack: float noise,
-# far below any difference between two real plans.
+# A stage's optimum is kept for the later stages with a relative slack. A row of whole
+# variables only (cost, change) is exact at its optimum, so float noise is all it needs; a
+# row with routing shares needs room above the solvers' 1e-9 feasibility tolerance, or a
+# pile of such rows at that tolerance reads as infeasible to the solver. Both are far below
+# any difference that matters between two plans.
 FIX_SLACK: Final = 1e-9
+FIX_SLACK_SHARES: Final = 1e-7
 # Served fractions closer than this are one fairness level.
 FAIRNESS_STEP: Final = 1e-6
 # Share of a component's remaining time a stage may use before the cost stage runs (the
@@ -61,6 +77,7 @@ class _Stages:
     def __init__(
         self,
         model: PlacementModel,
+        start: Plan,
         *,
         deadline: float,
         workers: int,
@@ -74,29 +91,13 @@ class _Stages:
         self._seed = seed
         self._backend_name = backend
         self._backend: Backend | None = None
-        self.plan = self._start()
+        self.plan = start
+        # Served fraction each demand of a short priority was settled at by fairness.
+        self.levels: dict[int, float] = {}
+        # While polishing: a model with the replicas fixed, where the stages are LPs.
+        self._polished: Backend | None = None
 
     # --- helpers ------------------------------------------------------------------------
-    def _start(self) -> Plan:
-        m = self.model
-        fresh = constructive_plan(m)
-        if not m.previous:
-            return fresh
-        kept = constructive_plan(m, keep=m.previous)
-        return min((fresh, kept), key=self._rank)
-
-    def _rank(self, plan: Plan) -> tuple[float, ...]:
-        """Lexicographic key of a plan: unserved per priority, cost, change, spill."""
-        m = self.model
-        priorities = sorted({m.instance.demands[di].priority for di in m.demands})
-        key = [
-            m.objective_value(m.unserved_objective(self._demands_at(p)), plan) for p in priorities
-        ]
-        key.append(m.objective_value(m.cost_objective(), plan))
-        key.append(m.objective_value(m.change_objective(), plan))
-        key.append(m.objective_value(m.spill_objective(), plan))
-        return tuple(key)
-
     def _demands_at(self, priority: int) -> list[int]:
         return [
             di for di in self.model.demands if self.model.instance.demands[di].priority == priority
@@ -104,6 +105,8 @@ class _Stages:
 
     @property
     def backend(self) -> Backend:
+        if self._polished is not None:
+            return self._polished
         if self._backend is None:
             self._backend = make_backend(
                 self.model.lm, self._backend_name, workers=self._workers, seed=self._seed
@@ -128,7 +131,7 @@ class _Stages:
         self.progress.stage_seconds[name] = (
             self.progress.stage_seconds.get(name, 0.0) + outcome.seconds
         )
-        if not outcome.proven_optimal:
+        if not outcome.proven_optimal and self._polished is None:
             self.progress.proven = False
         return outcome
 
@@ -140,10 +143,11 @@ class _Stages:
         current = m.objective_value(objective, self.plan)
         if outcome is None or outcome.values is None:
             return current
-        candidate = m.plan_from_values(outcome.values)
+        candidate = m.plan_from_values(outcome.values[: m.lm.num_vars])
         if plan_violations(m.instance, candidate):
             # Only within solver tolerance: keep the exact plan we have.
-            self.progress.proven = False
+            if self._polished is None:
+                self.progress.proven = False
             return current
         value = m.objective_value(objective, candidate)
         better = value > current if maximize else value < current
@@ -156,22 +160,28 @@ class _Stages:
         """Keep later stages at this stage's value (``Σ coef·var ≤ value``, with slack)."""
         if not objective:
             return
-        slack = FIX_SLACK * max(1.0, abs(value), sum(abs(c) for c in objective.values()) * 1e-3)
+        whole = all(self.model.lm.var_integer[var] for var in objective)
+        relative = FIX_SLACK if whole else self._share_slack
+        slack = relative * max(1.0, abs(value), sum(abs(c) for c in objective.values()) * 1e-3)
         self.backend.add_row(list(objective.items()), -math.inf, value + slack)
 
     # --- stages -------------------------------------------------------------------------
     def run(self) -> Plan:
         m = self.model
-        if not m.route_ids and not m.blocks:
+        if not m.route_ids and not m.change_objective():
+            self.plan = Plan(replicas={}, share={})  # nothing to serve, nothing to keep
             return self.plan
         self._unserved_stages()
         cost = m.cost_objective()
         outcome = self._run("cost", cost, maximize=False, share=COST_SHARE)
         best = self._accept(outcome, cost, maximize=False)
         self.progress.cost = best
-        bound = best
-        if outcome is not None and outcome.bound is not None and not outcome.proven_optimal:
+        # The proven lower bound on cost; 0 where none is known (no solve had time).
+        bound = 0.0
+        if outcome is not None and outcome.bound is not None:
             bound = min(best, outcome.bound)
+            if outcome.proven_optimal and outcome.objective is not None:
+                bound = min(best, outcome.objective)
         self.progress.cost_bound = bound
         self._fix(cost, best)
         change = m.change_objective()
@@ -182,7 +192,38 @@ class _Stages:
         if spill:
             outcome = self._run("spill", spill, maximize=False, share=1.0)
             self._accept(outcome, spill, maximize=False)
+        if self.levels:
+            self._polish(spill)
         return self.plan
+
+    def _polish(self, spill: Mapping[int, float]) -> None:
+        """Route the short priorities again with every replica count fixed.
+
+        The MIP stages after fairness keep its levels only within ``FIX_SLACK_SHARES`` (a
+        pile of tighter rows reads as infeasible to a MIP solver), so their routing can
+        drift by 1e-7: 0.9999998 served where fairness gave 1. With the replicas fixed,
+        unserved per priority, fairness and spill are linear programs, solved here again
+        on a fresh model with float-noise slack only; their vertex answers are clean. A
+        polished plan is kept only if it is exact and serves every priority as well.
+        """
+        m = self.model
+        polished = make_backend(m.lm, self._backend_name, workers=self._workers, seed=self._seed)
+        values = m.values_from_plan(self.plan)
+        for var, integer in enumerate(m.lm.var_integer):
+            if integer:
+                polished.fix(var, values[var])
+        before = self.plan
+        self._polished = polished
+        self.levels = {}
+        try:
+            self._unserved_stages()
+            if spill:
+                outcome = self._run("polish", spill, maximize=False, share=1.0)
+                self._accept(outcome, spill, maximize=False)
+        finally:
+            self._polished = None
+        if not self._keeps_earlier(self.plan, before) or plan_violations(m.instance, self.plan):
+            self.plan = before
 
     def _unserved_stages(self) -> None:
         m = self.model
@@ -230,15 +271,18 @@ class _Stages:
                     self.plan = candidate
                     level = self._served_min(open_)
             # Nobody in this priority drops below the level from here on.
-            backend.add_row([(t, 1.0)], level - FIX_SLACK, math.inf)
+            backend.add_row([(t, 1.0)], level - self._share_slack, math.inf)
             if level >= 1.0 - FAIRNESS_STEP:
+                self.levels.update(dict.fromkeys(open_, 1.0))
                 return
             # Which demands can rise above the level?
             excess = {}
             for di in open_:
                 w = backend.add_var(0.0, FAIRNESS_STEP * 100, integer=False, name="excess")
-                # w ≤ served − level = 1 − v − level
-                backend.add_row([(w, 1.0), (m.v[di], 1.0)], -math.inf, 1.0 - level)
+                # w ≤ served − level = 1 − v − level (with slack: w ≥ 0 makes it a floor)
+                backend.add_row(
+                    [(w, 1.0), (m.v[di], 1.0)], -math.inf, 1.0 - level + self._share_slack
+                )
                 excess[di] = w
             outcome = self._run(
                 "fairness", {w: 1.0 for w in excess.values()}, maximize=True, share=UNSERVED_SHARE
@@ -252,8 +296,15 @@ class _Stages:
             if not stuck:  # numerically everyone can rise: freeze the lowest to progress
                 stuck = [min(open_, key=lambda di: (self._served(di), di))]
             for di in stuck:
-                backend.add_row([(m.v[di], -1.0)], level - 1.0 - FIX_SLACK, math.inf)
+                backend.add_row([(m.v[di], -1.0)], level - 1.0 - self._share_slack, math.inf)
+                self.levels[di] = level
             open_ = [di for di in open_ if di not in stuck]
+
+    @property
+    def _share_slack(self) -> float:
+        # A linear program holds an optimum it found itself without slack, and any slack
+        # would be taken by the next stage (1e-9 of gold's traffic handed to bronze).
+        return 0.0 if self._polished is not None else FIX_SLACK_SHARES
 
     def _served(self, di: int, plan: Plan | None = None) -> float:
         p = plan or self.plan
@@ -262,14 +313,15 @@ class _Stages:
     def _served_min(self, demands: Sequence[int], plan: Plan | None = None) -> float:
         return min((self._served(di, plan) for di in demands), default=1.0)
 
-    def _keeps_earlier(self, candidate: Plan) -> bool:
-        """A fairness move must not serve less in total at any priority already settled."""
+    def _keeps_earlier(self, candidate: Plan, than: Plan | None = None) -> bool:
+        """``candidate`` serves no priority less in total than ``than`` (the plan held)."""
         m = self.model
+        held = than or self.plan
         for p in sorted({m.instance.demands[di].priority for di in m.demands}):
             objective = m.unserved_objective(self._demands_at(p))
             if (
                 m.objective_value(objective, candidate)
-                > m.objective_value(objective, self.plan) * (1 + FIX_SLACK) + FIX_SLACK
+                > m.objective_value(objective, held) * (1 + FIX_SLACK_SHARES) + FIX_SLACK_SHARES
             ):
                 return False
         return True
@@ -285,9 +337,84 @@ def _invalid(error: ProblemInvalid, started: float) -> dict[str, Any]:
     }
 
 
-def _size(model_size: tuple[tuple[str, ...], tuple[int, ...]], instance: Instance) -> int:
-    regions, demands = model_size
-    return 1 + len(regions) + sum(len(instance.routes_of[di]) for di in demands)
+def _size(part: Part, instance: Instance) -> int:
+    return 1 + len(part.cells) + sum(len(instance.routes_of[di]) for di in part.demands)
+
+
+def _restrict(instance: Instance, plan: Plan, part: Part) -> Plan:
+    """The piece of a whole-problem ``plan`` that falls in ``part``."""
+    problem = instance.problem
+    cells = set(part.cells)
+    replicas = {
+        (z, s): n
+        for (z, s), n in plan.replicas.items()
+        if (problem.region_of_zone(z), problem.shape(s).model) in cells
+    }
+    share = {
+        ri: plan.share[ri]
+        for di in part.demands
+        for ri in instance.routes_of[di]
+        if ri in plan.share
+    }
+    return Plan(replicas=replicas, share=share)
+
+
+def start_plan(instance: Instance, places: Mapping[tuple[str, str], Site]) -> Plan:
+    """The constructive start; with a previous plan, the better of fresh and kept."""
+    fresh = constructive_plan(instance, places)
+    if not instance.previous:
+        return fresh
+    kept = constructive_plan(instance, places, keep=instance.previous)
+    everyone = range(len(instance.demands))
+    return min((fresh, kept), key=lambda p: plan_rank(instance, p, everyone))
+
+
+def _solve_parts(
+    instance: Instance,
+    parts: Sequence[Part],
+    start: Plan,
+    places: Mapping[tuple[str, str], Site],
+    coupled: set[tuple[str, str]],
+    *,
+    deadline: float,
+    workers: int,
+    seed: int,
+    backend: BackendName,
+) -> dict[tuple[tuple[str, str], ...], tuple[Plan, _Progress]]:
+    """Solve ``parts`` side by side on ``workers`` threads (the MIP solvers release the GIL).
+
+    Each part may use its share (by size) of all workers' time until the deadline; larger
+    parts start first. CP-SAT uses the workers itself, so its parts go one at a time.
+    """
+    lanes = 1 if backend == "cpsat" else max(1, workers)
+    order = sorted(parts, key=lambda p: (-_size(p, instance), p.cells))
+    total = sum(_size(p, instance) for p in order) or 1
+    window = max(0.0, deadline - time.perf_counter())
+
+    def one(part: Part) -> tuple[Plan, _Progress]:
+        budget = window * lanes * _size(part, instance) / total
+        model = PlacementModel(instance, part, coupled=coupled, places=places)
+        stages = _Stages(
+            model,
+            _restrict(instance, start, part),
+            deadline=min(deadline, time.perf_counter() + budget),
+            workers=workers,
+            seed=seed,
+            backend=backend,
+        )
+        return stages.run(), stages.progress
+
+    if lanes == 1 or len(order) == 1:
+        return {part.cells: one(part) for part in order}
+    with ThreadPoolExecutor(max_workers=lanes) as pool:
+        futures = {part.cells: pool.submit(one, part) for part in order}
+        return {cells: future.result() for cells, future in futures.items()}
+
+
+def _fallback(instance: Instance, start: Plan) -> _Progress:
+    """Progress for returning the constructive start: nothing proven, no bound known."""
+    cost = plan_rank(instance, start, range(len(instance.demands)))[-3]
+    return _Progress(proven=False, cost=cost, cost_bound=0.0)
 
 
 def solve_instance(
@@ -299,28 +426,65 @@ def solve_instance(
     backend: BackendName = DEFAULT_BACKEND,
     started: float | None = None,
 ) -> tuple[Plan, _Progress]:
-    """Solve every component of ``instance``; returns the merged plan and what was proven."""
+    """Solve every part of ``instance``; returns the merged plan and what was proven.
+
+    Parts share zone inventory only through pooled splits; where the union of the parts'
+    plans does not fit a zone's inventory, the (region, accelerator) is coupled (its
+    inventory rows enter the model, joining the parts that use it) and those parts are
+    solved again. Should time run out before a consistent plan exists, the constructive
+    start (always consistent) is returned.
+    """
     t0 = time.perf_counter() if started is None else started
     deadline = t0 + time_limit_s
-    parts = instance.components()
-    sizes = [_size(part, instance) for part in parts]
-    merged = Plan(replicas={}, share={})
-    total = _Progress(unserved_gap=None)
-    for i, (regions, demands) in enumerate(parts):
-        left = max(0.0, deadline - time.perf_counter())
-        budget = left * sizes[i] / sum(sizes[i:])
-        model = PlacementModel(instance, regions, demands)
-        stages = _Stages(
-            model,
-            deadline=time.perf_counter() + budget,
-            workers=workers,
-            seed=seed,
-            backend=backend,
-        )
-        plan = stages.run()
-        merged.replicas.update(plan.replicas)
-        merged.share.update(plan.share)
-        p = stages.progress
+    places = sites(instance)
+    start = start_plan(instance, places)
+    coupled: set[tuple[str, str]] = set()
+    solved: dict[tuple[tuple[str, str], ...], tuple[Plan, _Progress]] = {}
+    while True:
+        parts = instance.parts(coupled)
+        todo = [p for p in parts if p.cells not in solved]
+        try:
+            solved.update(
+                _solve_parts(
+                    instance,
+                    todo,
+                    start,
+                    places,
+                    coupled,
+                    deadline=deadline,
+                    workers=workers,
+                    seed=seed,
+                    backend=backend,
+                )
+            )
+            merged = Plan(replicas={}, share={})
+            for part in parts:
+                plan = solved[part.cells][0]
+                merged.replicas.update(plan.replicas)
+                merged.share.update(plan.share)
+            zonal_blocks = {
+                (r, s)
+                for (r, s) in places
+                if (r, places[(r, s)].shape.accelerator) in coupled
+                or any(
+                    instance.problem.region_of_zone(z) == r and ps == s
+                    for z, ps in instance.previous
+                )
+            }
+            final = resplit(instance, places, merged, zonal_blocks)
+            break
+        except SplitFailed as failure:
+            if failure.keys <= coupled or time.perf_counter() >= deadline:
+                return start, _fallback(instance, start)
+            coupled |= failure.keys
+            for cells in list(solved):
+                if any(r == region for r, _m in cells for region, _a in failure.keys):
+                    del solved[cells]
+    if plan_violations(instance, final):  # a defect, not an input problem: stay safe
+        return start, _fallback(instance, start)
+    total = _Progress()
+    for part in parts:
+        p = solved[part.cells][1]
         total.proven = total.proven and p.proven
         total.cost += p.cost
         total.cost_bound += p.cost_bound
@@ -328,7 +492,7 @@ def solve_instance(
             total.unserved_gap = max(total.unserved_gap or 0.0, p.unserved_gap)
         for k, v in p.stage_seconds.items():
             total.stage_seconds[k] = total.stage_seconds.get(k, 0.0) + v
-    return merged, total
+    return final, total
 
 
 def solution_dict(
@@ -384,7 +548,7 @@ def solution_dict(
         "format": SOLUTION_FORMAT,
         "status": status,
         "cost_per_hour": cost,
-        "unserved_requests_per_s": sum(row["requests_per_s"] for row in unserved),
+        "unserved_requests_per_s": float(sum(row["requests_per_s"] for row in unserved)),
         "solve_seconds": round(seconds, 3),
         "gap": gap,
         "replicas": replicas,

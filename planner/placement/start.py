@@ -12,11 +12,10 @@ route can take whole is left unserved; the solver does the finer work of partial
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping
 
 from planner.capacity._checks import ceil_count
-from planner.placement.model import Block, PlacementModel, Plan
+from planner.placement.model import Instance, Plan, Route, Site
 
 
 def _grow(
@@ -53,49 +52,59 @@ def _grow(
 
 
 def constructive_plan(
-    model: PlacementModel, *, keep: Mapping[tuple[str, str], int] | None = None
+    instance: Instance,
+    places: Mapping[tuple[str, str], Site],
+    *,
+    keep: Mapping[tuple[str, str], int] | None = None,
 ) -> Plan:
-    """A plan that satisfies every hard row of ``model``; ``keep`` seeds it with replicas.
+    """A plan that satisfies every hard row of the spec; ``keep`` seeds it with replicas.
 
     With ``keep`` (a previous plan) those replicas stay, as far as the inventory allows,
-    and demands fill them first; that start is what plan stability wants.
+    and demands fill them first; that start is what plan stability wants. Replicas the
+    routed load does not need are dropped at the end (kept ones last).
     """
-    instance = model.instance
     problem = instance.problem
     remaining: dict[tuple[str, str], int] = {}
-    for block in model.blocks.values():
-        for z in block.n:
-            key = (z, block.shape.accelerator)
+    for site in places.values():
+        for z in site.n_ub:
+            key = (z, site.shape.accelerator)
             remaining[key] = problem.inventory_gpus(*key)
     counts: dict[tuple[str, str], dict[str, int]] = {
-        key: dict.fromkeys(block.n, 0) for key, block in model.blocks.items()
+        key: dict.fromkeys(site.n_ub, 0) for key, site in places.items()
     }
     if keep:
         for (z, s), wanted in sorted(keep.items()):
             key = (problem.region_of_zone(z), s)
-            kept_block = model.blocks.get(key)
-            if kept_block is None or z not in kept_block.n:
+            kept_site = places.get(key)
+            if kept_site is None or z not in kept_site.n_ub:
                 continue
-            acc = (z, kept_block.shape.accelerator)
-            take = min(wanted, remaining[acc] // kept_block.shape.gpus)
+            acc = (z, kept_site.shape.accelerator)
+            take = min(wanted, remaining[acc] // kept_site.shape.gpus)
             counts[key][z] = take
-            remaining[acc] -= take * kept_block.shape.gpus
-    loads: dict[tuple[str, str], tuple[float, float, float, float]] = defaultdict(
-        lambda: (0.0, 0.0, 0.0, 0.0)
-    )
+            remaining[acc] -= take * kept_site.shape.gpus
+    loads: dict[tuple[str, str], tuple[float, float, float, float]] = {}
     share: dict[int, float] = {}
 
-    def caps_of(block: Block, key: tuple[str, str]) -> dict[str, int]:
+    def caps_of(site: Site, key: tuple[str, str]) -> dict[str, int]:
         return {
-            z: counts[key][z] + remaining[(z, block.shape.accelerator)] // block.shape.gpus
-            for z in block.n
+            z: counts[key][z] + remaining[(z, site.shape.accelerator)] // site.shape.gpus
+            for z in site.n_ub
         }
+
+    def with_route(key: tuple[str, str], route: Route) -> tuple[float, float, float, float]:
+        old = loads.get(key, (0.0, 0.0, 0.0, 0.0))
+        return (
+            old[0] + route.load,
+            old[1] + (route.load if route.promise_level >= 1 else 0.0),
+            old[2] + (route.load if route.promise_level >= 2 else 0.0),
+            old[3] + route.concurrency,
+        )
 
     def size(di: int) -> float:
         return min((instance.routes[ri].load for ri in instance.routes_of[di]), default=0.0)
 
     order = sorted(
-        model.demands,
+        (di for di, ris in enumerate(instance.routes_of) if ris),
         key=lambda di: (instance.demands[di].priority, -size(di), instance.demands[di].id),
     )
     for di in order:
@@ -104,18 +113,11 @@ def constructive_plan(
         for ri in instance.routes_of[di]:
             route = instance.routes[ri]
             key = (route.region, route.shape)
-            block = model.blocks[key]
-            old = loads[key]
-            new = (
-                old[0] + route.load,
-                old[1] + (route.load if route.promise_level >= 1 else 0.0),
-                old[2] + (route.load if route.promise_level >= 2 else 0.0),
-                old[3] + route.concurrency,
-            )
-            adds = _grow(counts[key], caps_of(block, key), new)
+            site = places[key]
+            adds = _grow(counts[key], caps_of(site, key), with_route(key, route))
             if adds is None:
                 continue
-            rank = (sum(adds.values()) * block.price, route.rtt_ms, route.region, route.shape)
+            rank = (sum(adds.values()) * site.price, route.rtt_ms, route.region, route.shape)
             if best is None or rank < best:
                 best, best_move = rank, (ri, adds)
         if best_move is None:
@@ -123,17 +125,11 @@ def constructive_plan(
         ri, adds = best_move
         route = instance.routes[ri]
         key = (route.region, route.shape)
-        block = model.blocks[key]
+        site = places[key]
         for z, k in adds.items():
             counts[key][z] += k
-            remaining[(z, block.shape.accelerator)] -= k * block.shape.gpus
-        old = loads[key]
-        loads[key] = (
-            old[0] + route.load,
-            old[1] + (route.load if route.promise_level >= 1 else 0.0),
-            old[2] + (route.load if route.promise_level >= 2 else 0.0),
-            old[3] + route.concurrency,
-        )
+            remaining[(z, site.shape.accelerator)] -= k * site.shape.gpus
+        loads[key] = with_route(key, route)
         share[ri] = 1.0
     for key, per_zone in counts.items():
         _trim(per_zone, loads.get(key, (0.0, 0.0, 0.0, 0.0)), keep or {}, key[1])
