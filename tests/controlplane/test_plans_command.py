@@ -60,7 +60,8 @@ def test_prints_unserved_demand_and_binding_sentences(settings: Any) -> None:
 
     assert "Plan v2 (awaiting approval" in text
     assert "Unserved:\n  " in text and "keystone-mutual/chat-70b/policy-question" in text
-    assert "Binding:\n  Stale capacity figure: chat-70b/gpu80x2" in text
+    binding = text[text.index("\nBinding:\n") :]
+    assert "\n  Stale capacity figure: chat-70b/gpu80x2 was last measured" in binding
     assert "Decision: Awaiting approval" in text
 
 
