@@ -334,7 +334,12 @@ def bench() -> Iterator[Bench]:
         SLOTS, SLOT_PREFILL * SLOTS, SLOT_DECODE * SLOTS, model="sim", stream_interval_s=0.02
     )
     try:
-        with replica_server_process(config) as url, LoadGeneratorPool(2) as pool:
+        # The generators reserve no CPU: they live for the session, and the session's Ray
+        # (2 CPUs) must stay free for the tasks other modules send it.
+        with (
+            replica_server_process(config) as url,
+            LoadGeneratorPool(2, cpus_per_generator=0) as pool,
+        ):
             yield Bench(Endpoint(url, "sim", timeout_s=30.0), pool)
     finally:
         if started_here:
@@ -539,6 +544,11 @@ def test_an_unreachable_endpoint_is_a_failed_run_that_stores_nothing(bench: Benc
     assert failed.goodput_per_s == 0 and failed.throughput_per_s == 0
     assert "50 of 50 requests failed" in report.failure
     assert "Connect" in failed.error_samples[0] or "refused" in failed.error_samples[0]
+    # A warm run whose warm-up fails sends nothing and fails with that reason.
+    warm = run_open_loop(
+        bench.pool, nowhere, CLASSES, 100.0, target_ttft_s=TARGET_TTFT_S, n=50, cache="warm"
+    )
+    assert warm.failed and "the warm-up failed" in warm.failure
 
     # The same through a queued run: failed with the reason, and the old figure stays.
     fleet = make_bench_fleet()

@@ -362,6 +362,24 @@ def _new_run_key() -> int:
     return secrets.randbits(48)
 
 
+def _warm_up(
+    pool: LoadGeneratorPool, endpoint: Endpoint, sample: RequestSample, run_key: int
+) -> list[RequestRecord] | None:
+    """Cache the run's common prefixes; None when that worked, else the run's records.
+
+    A warm run without its warm-up would measure a colder replica than it claims: then
+    nothing is sent, and every request counts as failed with the warm-up's reason.
+    """
+    broken = [r.detail for r in pool.warm_up(endpoint, sample, run_key) if r.outcome != "ok"]
+    if not broken:
+        return None
+    reason = f"not sent, the warm-up failed: {broken[0]}"
+    return [
+        RequestRecord(i, 0.0, 0.0, math.nan, math.nan, 0, -1, -1, "error", reason)
+        for i in range(sample.count)
+    ]
+
+
 def _open_run(
     pool: LoadGeneratorPool,
     endpoint: Endpoint,
@@ -375,25 +393,9 @@ def _open_run(
     max_error_share: float,
     run_key: int,
 ) -> RunReport:
-    if cache == "warm":
-        warm = pool.warm_up(endpoint, sample, run_key)
-        broken = [r.detail for r in warm if r.outcome != "ok"]
-        if broken:
-            records = [
-                RequestRecord(i, 0.0, 0.0, math.nan, math.nan, 0, -1, -1, "error", broken[0])
-                for i in range(sample.count)
-            ]
-            return summarize_run(
-                records,
-                sample,
-                mode="open",
-                cache=cache,
-                target_ttft_s=target_ttft_s,
-                quantile=quantile,
-                offered_rate=rate,
-                max_error_share=max_error_share,
-            )
-    records = pool.run_open(endpoint, sample, unit_arrivals / rate, run_key=run_key)
+    records = _warm_up(pool, endpoint, sample, run_key) if cache == "warm" else None
+    if records is None:
+        records = pool.run_open(endpoint, sample, unit_arrivals / rate, run_key=run_key)
     return summarize_run(
         records,
         sample,
@@ -490,9 +492,9 @@ def _closed_run(
     max_error_share: float,
 ) -> RunReport:
     run_key = _new_run_key()
-    if cache == "warm":
-        pool.warm_up(endpoint, sample, run_key)
-    records = pool.run_closed(endpoint, sample, users, run_key=run_key)
+    records = _warm_up(pool, endpoint, sample, run_key) if cache == "warm" else None
+    if records is None:
+        records = pool.run_closed(endpoint, sample, users, run_key=run_key)
     return summarize_run(
         records,
         sample,
