@@ -10,22 +10,27 @@ of the very requests the load test sends; the measured knee must be within 10% o
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+import aiohttp
 import numpy as np
 import pytest
+from aiohttp import web
 
 from planner.capacity.simulation import Requests, latency_quantile, open_loop_times
 from planner.capacity.slo import capacity_at_slo_of
 from planner.capacity.workload import request_cost
 from planner.errors import PlannerInputError
 from workers.benchmarks import loadtest
-from workers.benchmarks.loadgen import Endpoint, LoadGeneratorPool, RequestRecord
+from workers.benchmarks.loadgen import Endpoint, LoadGeneratorPool, RequestRecord, _send
 from workers.benchmarks.loadtest import (
     KneeReport,
     KneeSearch,
@@ -308,6 +313,74 @@ def test_steady_token_rates_follow_the_response_time_law() -> None:
     slow = _closed_loop_records(users=12, slots=4, service_s=0.4, turnaround_s=0.05)
     assert loadtest.steady_token_rates(slow, 12) == pytest.approx((1000.0, 100.0))
     assert all(math.isnan(v) for v in loadtest.steady_token_rates(records[:20], 12))
+
+
+# -- the client against misbehaving endpoints --------------------------------------------------
+
+
+async def _misbehaving(request: web.Request) -> web.StreamResponse:
+    """Answers by the model name: a good stream, an HTTP error, garbage, a cut stream, silence."""
+    body = await request.json()
+    model = body["model"]
+    if model == "http-error":
+        return web.Response(status=503, text="overloaded")
+    if model == "silent":
+        await asyncio.sleep(1.5)
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+
+    async def send(data: str) -> None:
+        await response.write(f"data: {data}\n\n".encode())
+
+    if model == "garbage":
+        await send("[1, 2]")
+    elif model == "good":
+        await send(json.dumps({"choices": [{"index": 0, "text": ""}]}))  # no text: not a token
+        await asyncio.sleep(0.01)
+        await send(json.dumps({"choices": [{"index": 0, "text": " one"}]}))
+        await send(json.dumps({"choices": [{"index": 0, "text": " two three"}]}))
+        usage = {"prompt_tokens": 2, "completion_tokens": 3, "prompt_tokens_details": None}
+        await send(json.dumps({"choices": [], "usage": usage}))
+        await send("[DONE]")
+    else:  # "cut": text, then the stream ends without [DONE]
+        await send(json.dumps({"choices": [{"index": 0, "text": " one"}]}))
+    await response.write_eof()
+    return response
+
+
+def test_the_client_tells_answers_errors_and_timeouts_apart() -> None:
+    async def scenario() -> dict[str, RequestRecord]:
+        app = web.Application()
+        app.router.add_post("/v1/completions", _misbehaving)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        await web.SockSite(runner, sock).start()
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        records = {}
+        try:
+            async with aiohttp.ClientSession() as session:
+                for model in ("good", "http-error", "garbage", "cut", "silent"):
+                    endpoint = Endpoint(url, model, timeout_s=0.5)
+                    body = endpoint.body(["a", "b"], 3)
+                    origin = time.monotonic()
+                    records[model] = await _send(session, endpoint, body, 0, 0.0, origin)
+        finally:
+            await runner.cleanup()
+        return records
+
+    records = asyncio.run(scenario())
+    good = records["good"]
+    assert good.outcome == "ok" and good.output_tokens == 3 and good.prompt_tokens == 2
+    assert good.cached_tokens == -1  # the server did not say
+    assert 0 < good.ttft_s <= good.e2e_s and good.itl_s >= 0
+    assert records["http-error"].outcome == "error"
+    assert records["http-error"].detail == "HTTP 503: overloaded"
+    assert records["garbage"].outcome == "error" and "malformed" in records["garbage"].detail
+    cut = records["cut"]
+    assert cut.outcome == "error" and "without [DONE]" in cut.detail and cut.ttft_s > 0
+    assert records["silent"].outcome == "timeout" and math.isnan(records["silent"].ttft_s)
 
 
 # -- on Ray, against the simulated replica -----------------------------------------------------

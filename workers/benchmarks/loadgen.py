@@ -166,6 +166,11 @@ class _Job:
     first_user: int = 0  # closed loop: number of this generator's first client
 
 
+def _count(value: object, default: int) -> int:
+    """A token count the server reported, or ``default`` when it reported none (or garbage)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
 def _text_of(chunk: dict[str, Any]) -> str:
     choices = chunk.get("choices") or []
     if not choices or not isinstance(choices[0], dict):
@@ -193,16 +198,18 @@ async def _send(
     usage: dict[str, Any] = {}
 
     def record(outcome: Outcome, detail: str = "", done: float = math.nan) -> RequestRecord:
-        details = usage.get("prompt_tokens_details") or {}
+        details = usage.get("prompt_tokens_details")
         return RequestRecord(
             index=index,
             scheduled_s=scheduled_s,
             sent_s=sent,
             first_token_s=first,
             done_s=done,
-            output_tokens=int(usage.get("completion_tokens", chunks)),
-            prompt_tokens=int(usage.get("prompt_tokens", -1)),
-            cached_tokens=int(details.get("cached_tokens", -1)),
+            output_tokens=_count(usage.get("completion_tokens"), chunks),
+            prompt_tokens=_count(usage.get("prompt_tokens"), -1),
+            cached_tokens=_count(
+                details.get("cached_tokens") if isinstance(details, dict) else None, -1
+            ),
             outcome=outcome,
             detail=detail,
             user=user,
@@ -222,13 +229,15 @@ async def _send(
                     if data == b"[DONE]":
                         return record("ok", done=time.monotonic() - origin)
                     chunk = json.loads(data)
+                    if not isinstance(chunk, dict):
+                        return record("error", f"malformed chunk: {data[:200]!r}")
                     if "error" in chunk:
                         return record("error", f"stream error: {str(chunk['error'])[:300]}")
                     if _text_of(chunk):
                         if math.isnan(first):
                             first = time.monotonic() - origin
                         chunks += 1
-                    if chunk.get("usage"):
+                    if isinstance(chunk.get("usage"), dict):
                         usage = chunk["usage"]
                 return record("error", "the stream ended without [DONE]")
     except TimeoutError:
