@@ -307,8 +307,9 @@ def _band(
     settings: ReplanSettings,
 ) -> dict[str, Any]:
     """The ``forecast_band`` document: quantiles per tier and the cost per hour of the band's
-    low and high edges (each solved with the shorter band time limit). Where no demand has
-    history the edges are the planned problem itself and its solution is reused."""
+    low and high edges (each solved with the shorter band time limit, starting from the plan's
+    replicas). Where no demand has history the edges are the planned problem itself and its
+    solution is reused."""
     band = forecast.band_summary()
     if solution.get("status") == "invalid":
         return band
@@ -317,11 +318,16 @@ def _band(
         if edge_problem is None:
             edge_solution: Mapping[str, Any] = solution
         else:
+            # The plan's own replicas as the previous plan: the solver starts from them, so
+            # within the short limit the low edge (less demand, which the plan's replicas
+            # already carry) is not priced above the plan, and the high edge starts near it.
+            warm = [
+                {"zone": r["zone"], "shape": r["shape"], "replicas": r["replicas"]}
+                for r in solution.get("replicas", [])
+                if int(r["replicas"]) > 0
+            ]
             edge_solution = _solve(
-                {
-                    **edge_problem,
-                    **({"previous": problem["previous"]} if "previous" in problem else {}),
-                },
+                {**edge_problem, "previous": warm},
                 time_limit_s=settings.band_time_limit_s,
                 settings=settings,
             )
