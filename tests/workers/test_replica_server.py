@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -357,6 +358,18 @@ def test_runs_as_a_module_on_a_free_port_and_stops_on_terminate() -> None:
     # The port is released once the process has stopped.
     with pytest.raises(OSError):
         urllib.request.urlopen(url + "/health", timeout=5)
+
+
+def test_a_server_that_cannot_start_says_why() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(
+            RuntimeError, match=r"did not start: cannot listen on 127\.0\.0\.1:\d+: .*in use"
+        ):
+            with replica_server_process(FAST, port=port):
+                pass
 
 
 def test_command_line_refuses_a_bad_rate_naming_it(capsys: pytest.CaptureFixture[str]) -> None:

@@ -60,12 +60,14 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import math
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import OrderedDict, deque
@@ -90,6 +92,8 @@ __all__ = [
     "make_app",
     "replica_server_process",
 ]
+
+logger = logging.getLogger(__name__)
 
 # Float slack when rounding decoded tokens to whole tokens and snapping phase ends: far below
 # a token, far above the rounding noise of sums over a run.
@@ -518,6 +522,12 @@ def _output_text(seq_id: int, first: int, count: int) -> str:
     return "".join(" " + VOCABULARY[(seq_id * 7 + k) % size] for k in range(first, first + count))
 
 
+def _report_crash(task: asyncio.Task[None]) -> None:
+    # Without its scheduler the replica would leave every request hanging: say why, loudly.
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("the replica's scheduler stopped", exc_info=task.exception())
+
+
 class _Replica:
     """The HTTP side: parses requests, feeds the engine, streams what it emits."""
 
@@ -533,6 +543,7 @@ class _Replica:
         loop = asyncio.get_running_loop()
         self.engine = BatchingEngine(self.config, loop.time())
         self._task = asyncio.create_task(self._schedule())
+        self._task.add_done_callback(_report_crash)
 
     async def stop(self, app: web.Application) -> None:
         if self._task is not None:
@@ -878,26 +889,33 @@ def replica_server_process(
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
     args = [sys.executable, "-m", "workers.benchmarks.replica_server"]
     args += [f"--host={host}", f"--port={port}", *config.argv()]
-    proc = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=root
-    )
-    try:
-        url = _await_ready(proc, startup_timeout_s)
-        yield url
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
+    # Its log goes to a file: a pipe nobody reads would fill and stall the server.
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=root
+        )
+        try:
+            url = _await_ready(proc, startup_timeout_s)
+            if url is None:
                 proc.kill()
                 proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+                log.seek(0)
+                raise RuntimeError(f"the replica server did not start: {log.read()[-2000:]}")
+            yield url
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
 
 
-def _await_ready(proc: subprocess.Popen[str], timeout_s: float) -> str:
+def _await_ready(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
+    """The base URL the server prints on its first line (None: it did not in time)."""
     found: list[str] = []
 
     def read() -> None:
@@ -909,11 +927,7 @@ def _await_ready(proc: subprocess.Popen[str], timeout_s: float) -> str:
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     reader.join(timeout_s)
-    if not found:
-        proc.kill()
-        _, err = proc.communicate()
-        raise RuntimeError(f"the replica server did not start: {err.strip()[-2000:]}")
-    return found[0]
+    return found[0] if found else None
 
 
 def _parse_args(argv: Sequence[str] | None) -> tuple[ReplicaConfig, str, int]:
@@ -972,7 +986,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         await serve(make_app(config), host=host, port=port, ready=ready, stop=stop)
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except OSError as exc:  # the address is taken or not this machine's
+        sys.exit(f"cannot listen on {host}:{port}: {exc}")
 
 
 if __name__ == "__main__":
