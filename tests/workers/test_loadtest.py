@@ -696,3 +696,50 @@ def test_a_queued_endpoint_run_measures_the_models_profiles_at_its_tiers_target(
     assert workload["classes"][0]["prompt_tokens"]["mean"] == chat.prompt.mean
     assert figure.provenance["workload_profile_version"] == ended.workload_profile_version
     assert ended.results["load_test"]["knee_rate_per_s"] == figure.knee_requests_per_s
+
+
+# -- command line ---------------------------------------------------------------------------------
+
+
+def _classes_file(tmp_path: Any, data: object) -> str:
+    path = tmp_path / "classes.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_command_line_refuses_a_bad_classes_file_naming_the_field(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = [{**CLASSES[0].as_dict(), "output_tokens": {"p50": 10}}]
+    argv = ["--base-url=http://127.0.0.1:9", "--model=m", "--target-ttft-s=1", "--first-rate=1"]
+    assert loadtest.main([*argv, f"--classes={_classes_file(tmp_path, broken)}"]) == 2
+    assert "output_tokens: must be an object with p50, mean and p99" in capsys.readouterr().err
+    shares = [c.as_dict() for c in CLASSES[:1]]
+    assert loadtest.main([*argv, f"--classes={_classes_file(tmp_path, shares)}"]) == 2
+    assert "shares must sum to 1" in capsys.readouterr().err
+
+
+def test_command_line_sweeps_and_writes_the_report(
+    bench: Bench, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "report.json"
+    status = loadtest.main(
+        [
+            f"--base-url={bench.endpoint.base_url}",
+            "--model=sim",
+            f"--classes={_classes_file(tmp_path, [c.as_dict() for c in CLASSES])}",
+            f"--target-ttft-s={TARGET_TTFT_S}",
+            "--first-rate=40",
+            "--max-points=2",
+            "--requests=60",
+            "--generators=1",
+            f"--output={output}",
+        ]
+    )
+    assert status == 0
+    report = json.loads(output.read_text())
+    points = report["load_test"]["points"]
+    assert [p["rate_per_s"] for p in points] == [40, 80] and all(p["meets"] for p in points)
+    assert report["load_test"]["knee_rate_per_s"] == 80 and not report["load_test"]["bracketed"]
+    assert report["workload"]["classes"][1] == CLASSES[1].as_dict()
+    assert "knee 80 req/s" in capsys.readouterr().err

@@ -33,9 +33,9 @@ the argument.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -170,6 +170,49 @@ class ClassProfile:
             raise PlannerInputError("name", f"must be a non-empty string, got {self.name!r}")
         _fraction("share", self.share)
         _fraction("prefix_cache_hit_rate", self.prefix_cache_hit_rate)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ClassProfile:
+        """A class from JSON-like data, as ``as_dict`` writes it: ``name``, ``share``,
+        ``prompt_tokens`` and ``output_tokens`` (each ``p50``, ``mean``, ``p99``) and an
+        optional ``prefix_cache_hit_rate``. Missing or malformed fields raise
+        ``PlannerInputError`` naming them."""
+        if not isinstance(data, Mapping):
+            raise PlannerInputError("classes", f"each class must be an object, got {data!r}")
+
+        def lengths(key: str) -> LengthProfile:
+            part = data.get(key)
+            if not isinstance(part, Mapping) or not {"p50", "mean", "p99"} <= part.keys():
+                raise PlannerInputError(key, "must be an object with p50, mean and p99")
+            return LengthProfile(part["p50"], part["mean"], part["p99"])
+
+        if "name" not in data or "share" not in data:
+            raise PlannerInputError("classes", "each class needs a name and a share")
+        return cls(
+            name=data["name"],
+            share=data["share"],
+            prompt=lengths("prompt_tokens"),
+            output=lengths("output_tokens"),
+            prefix_cache_hit_rate=data.get("prefix_cache_hit_rate", 0.0),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (``from_dict`` reads it back)."""
+        return {
+            "name": self.name,
+            "share": self.share,
+            "prompt_tokens": {
+                "p50": self.prompt.p50,
+                "mean": self.prompt.mean,
+                "p99": self.prompt.p99,
+            },
+            "output_tokens": {
+                "p50": self.output.p50,
+                "mean": self.output.mean,
+                "p99": self.output.p99,
+            },
+            "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
+        }
 
     @classmethod
     def from_profile(cls, name: str, share: float, profile: ProfileLike) -> ClassProfile:
