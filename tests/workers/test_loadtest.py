@@ -502,9 +502,10 @@ def test_knee_run_reports_every_stage_per_class(sweep: Sweep) -> None:
         assert stats.ttft.p50_s < stats.e2e.p50_s
     # Longer prompts take longer to prefill: the summaries' first tokens come later.
     assert knee.per_class["summary"].ttft.p50_s > knee.per_class["chat"].ttft.p50_s
-    # Each sequence decodes at its slot's rate, so a token follows the last every 1/3,200 s
-    # or so (tokens arrive in 20 ms chunks; the mean per request spreads them).
-    assert knee.overall.itl.p50_s == pytest.approx(1 / SLOT_DECODE, rel=0.5)
+    # Each sequence decodes at its slot's rate, so a token follows the last every 1/3,200 s.
+    # Tokens arrive in 20 ms chunks, but the first and the last are sent at their own times,
+    # so the per-request mean gap is the decode rate's (0.315 ms measured for 0.3125).
+    assert knee.overall.itl.p50_s == pytest.approx(1 / SLOT_DECODE, rel=0.2)
     # At a rate meeting p95 ≤ target, at least 95% of the requests meet it.
     assert knee.goodput_per_s >= 0.95 * knee.throughput_per_s
     assert knee.cached_prompt_share == 0.0  # cold: nothing is shared
