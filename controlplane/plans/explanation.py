@@ -4,15 +4,13 @@ was not activated. Built once when the plan is stored and kept with it."""
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from controlplane.plans.demand import DemandForecast
 from controlplane.plans.diff import diff_lines
-
-logger = logging.getLogger(__name__)
+from planner.placement.explain import explain
 
 
 def stale_sentences(stale: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -45,18 +43,11 @@ def _region_lines(problem: Mapping[str, Any], solution: Mapping[str, Any]) -> li
     ]
 
 
-def _planner_explanation(problem: Mapping[str, Any], solution: Mapping[str, Any]) -> Any:
-    """``planner.placement.explain(problem, solution)`` where the planner provides it."""
-    from planner import placement
-
-    explain = getattr(placement, "explain", None)
-    if explain is None:
-        return None
-    try:
-        return explain(problem, solution)
-    except TypeError:
-        logger.warning("planner.placement.explain does not take (problem, solution); skipped")
-        return None
+def _planner_account(problem: Mapping[str, Any], solution: Mapping[str, Any]) -> list[str]:
+    """The planner's own account of the plan (``planner.placement.explain``): the plan in one
+    line, each tenant's shortfall, the binding rows. The price of each promise is left out:
+    it costs two more solves, which a re-plan's time budget does not hold."""
+    return explain(problem, solution, promise_prices=False).lines()
 
 
 def plan_explanation(
@@ -110,7 +101,6 @@ def plan_explanation(
         "changes": diff_lines(diff),
         "warnings": list(warnings),
     }
-    planner_text = _planner_explanation(problem, solution)
-    if isinstance(planner_text, str | list | dict):
-        out["planner"] = planner_text
+    if solution.get("status") != "invalid":
+        out["planner"] = _planner_account(problem, solution)
     return out

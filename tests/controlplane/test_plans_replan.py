@@ -101,6 +101,8 @@ def test_replan_stores_a_verified_plan_with_allocations_and_routing(scenario: No
     assert plan.diff["against_version"] is None
     assert plan.explanation["headline"].startswith("Plan v1:")
     assert plan.explanation["decision"] == "Activated: the first plan."
+    replicas = sum(a.replicas for a in allocations)
+    assert plan.explanation["planner"][0].startswith(f"plan: optimal, {replicas} replicas")
 
 
 def test_unchanged_inputs_store_no_new_plan(scenario: None) -> None:
@@ -148,6 +150,9 @@ def test_a_plan_serving_less_waits_for_approval(scenario: None, policy_admin: Us
     assert second.unserved_requests_per_s > 0
     assert second.diff["newly_unserved"]
     assert second.explanation["decision"].startswith("Awaiting approval")
+    assert any(
+        line.startswith("short: tenant keystone-mutual") for line in second.explanation["planner"]
+    )
     first.refresh_from_db()
     assert first.state == Plan.State.ACTIVE
     assert verify(second.problem, second.solution) == []
