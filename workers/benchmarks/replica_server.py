@@ -38,9 +38,10 @@ exactly in time rather than in fixed steps:
   vLLM's automatic prefix caching does. At admission the leading cached blocks are skipped from
   prefill (the last prompt token is always computed); a finished prefill adds its blocks.
 
-Between two wake-ups of the server the scheduler replays every admission, phase end and
-completion at its exact time, so the iteration budget is the elapsed time and no engine time is
-lost to the wake-up period; only delivery waits for a wake-up. The first token and the last
+Each wake-up of the server is a scheduler iteration whose token budget is the time elapsed since
+the last one × the rates. The budget is spent in time order: every admission, phase end and
+completion in between is replayed at its exact instant, so no engine time is lost to the
+wake-up period, whatever it is; only delivery waits for a wake-up. The first token and the last
 chunk are sent at their own times, other tokens every ``stream_interval_s`` (vLLM's stream
 interval). Driven this way, ``max_concurrency`` = c with ``max_sequence_share`` = 1/c is exactly
 the planner's c-server FIFO queue with service time request_cost at 1/c of the rates
