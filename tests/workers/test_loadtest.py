@@ -218,6 +218,9 @@ def test_without_an_upper_bound_the_search_doubles_until_a_rate_fails() -> None:
     assert capped.knee_rate == 12.0
     nothing = search_knee(lambda rate: False, first_rate=8.0, upper_rate=10.0, max_points=5)
     assert nothing.knee_rate == 0 and nothing.rates == (8.0, 4.0, 2.0, 1.0, 0.5)
+    # Over HTTP each halving doubles a run's length: the search stops at a floor.
+    floored = search_knee(lambda rate: False, first_rate=8.0, min_rate=1.5)
+    assert floored.knee_rate == 0 and floored.rates == (8.0, 4.0, 2.0)
 
 
 def test_search_arguments_are_checked() -> None:

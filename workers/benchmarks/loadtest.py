@@ -536,6 +536,7 @@ def search_knee(
     first_rate: float,
     upper_rate: float | None = None,
     max_rate: float | None = None,
+    min_rate: float | None = None,
     rel_tol: float = 0.02,
     max_points: int = 16,
 ) -> KneeSearch:
@@ -548,12 +549,15 @@ def search_knee(
     With ``upper_rate`` = saturation and ``first_rate`` = 0.7 × saturation the points are those
     ``capacity_at_slo`` evaluates. Without an upper bound (an endpoint of unknown capacity) the
     rate doubles from the last one that met until one fails or ``max_rate`` (the most the
-    generators may send) has met. At most ``max_points`` rates are tried.
+    generators may send) has met. At most ``max_points`` rates are tried, and while nothing
+    has met, none below ``min_rate``: a run of the same requests at half the rate takes twice
+    as long, so halving toward 0 as the simulator does would take hours over HTTP.
     """
     lo = 0.0
     hi = math.inf if upper_rate is None else _positive("upper_rate", upper_rate)
     rate = _positive("first_rate", first_rate)
     cap = math.inf if max_rate is None else _positive("max_rate", max_rate)
+    floor = 0.0 if min_rate is None else _positive("min_rate", min_rate)
     tolerance = _positive("rel_tol", rel_tol)
     if tolerance >= 1:
         raise PlannerInputError("rel_tol", f"must be in (0, 1), got {rel_tol!r}")
@@ -578,8 +582,12 @@ def search_knee(
             if lo >= cap:
                 break
             rate = min(2.0 * lo, cap)
+        elif lo == 0:
+            if hi / 2.0 < floor:
+                break
+            rate = hi / 2.0
         else:
-            rate = hi / 2.0 if lo == 0 else (lo + hi) / 2.0
+            rate = (lo + hi) / 2.0
     return KneeSearch(
         knee_rate=lo, bracketed=math.isfinite(hi), rates=tuple(rates), meets=tuple(outcomes)
     )
@@ -668,6 +676,7 @@ def find_knee(
     first_rate: float,
     upper_rate: float | None = None,
     max_rate: float | None = None,
+    min_rate: float | None = None,
     quantile: float = 0.95,
     n: int = 1000,
     seed: int = 0,
@@ -682,11 +691,14 @@ def find_knee(
     """The highest open-loop rate whose TTFT ``quantile`` meets ``target_ttft_s`` (the tier's
     p95 TTFT SLO), by ``search_knee`` over runs of the same ``n`` requests.
 
-    ``first_rate``, ``upper_rate`` and ``max_rate`` steer the search (see ``search_knee``); a
-    previous capacity figure's knee is a good first rate. With ``closed_loop_users`` the same
+    ``first_rate``, ``upper_rate``, ``max_rate`` and ``min_rate`` steer the search (see
+    ``search_knee``); a previous capacity figure's knee is a good first rate. ``min_rate``
+    defaults to ``first_rate`` / 8: three halvings, after which the sweep fails (the target is
+    out of reach, or the first rate was far off). With ``closed_loop_users`` the same
     requests are also sent by that many closed-loop users after the sweep.
     """
     target = _positive("target_ttft_s", target_ttft_s)
+    first = _positive("first_rate", first_rate)
     level = _quantile_level(quantile)
     state = _cache_state(cache)
     sample = sample_requests(
@@ -718,9 +730,10 @@ def find_knee(
     try:
         search = search_knee(
             evaluate,
-            first_rate=first_rate,
+            first_rate=first,
             upper_rate=upper_rate,
             max_rate=max_rate,
+            min_rate=first / 8.0 if min_rate is None else min_rate,
             rel_tol=rel_tol,
             max_points=max_points,
         )
