@@ -41,6 +41,12 @@ def _positive(value: float) -> None:
         raise ValidationError("Must be greater than zero.")
 
 
+def _non_negative(value: float) -> None:
+    _finite(value)
+    if value is None or value < 0:
+        raise ValidationError("Must be zero or more.")
+
+
 def _fraction_open_closed(value: float) -> None:
     """A utilisation target: in (0, 1]."""
     if value is None or not (0 < value <= 1):
@@ -102,7 +108,7 @@ class RegionLink(models.Model):
 
     region_a = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="+")
     region_b = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="+")
-    rtt_ms = models.FloatField(validators=[MinValueValidator(0)])
+    rtt_ms = models.FloatField(validators=[_non_negative])
     history = HistoricalRecords()
 
     class Meta:
@@ -268,7 +274,7 @@ class ReplicaShape(models.Model):
     gpus_per_replica = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     runtime_reserve_gb_per_gpu = models.FloatField(
         default=6.0,
-        validators=[MinValueValidator(0)],
+        validators=[_non_negative],
         help_text="Memory per GPU held by the runtime and activations, decimal GB.",
     )
     target_utilization = models.FloatField(

@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
 from django.db import models
 from simple_history.models import HistoricalRecords
 
@@ -19,6 +18,7 @@ from controlplane.fleet.models import (
     WorkloadClass,
     _finite,
     _fraction_open_closed,
+    _non_negative,
     _positive,
     slug_validator,
 )
@@ -118,7 +118,7 @@ class Tenant(Revisioned):
     max_spill_rtt_ms = models.FloatField(
         null=True,
         blank=True,
-        validators=[MinValueValidator(0)],
+        validators=[_non_negative],
         help_text="Largest round trip from the home region that spill may add.",
     )
     fair_share_weight = models.FloatField(default=1.0, validators=[_positive])
@@ -279,7 +279,7 @@ class WorkloadProfile(models.Model):
     version = models.PositiveIntegerField(default=1)
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.DECLARED)
     peak_requests_per_s = models.FloatField(
-        validators=[MinValueValidator(0)], help_text="p99 of 5-minute buckets at peak."
+        validators=[_non_negative], help_text="p99 of 5-minute buckets at peak."
     )
     prompt_tokens_p50 = models.FloatField(validators=[_positive])
     prompt_tokens_mean = models.FloatField(validators=[_positive])

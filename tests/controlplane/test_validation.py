@@ -43,6 +43,7 @@ FRACTION_OPEN = "Must be greater than 0 and at most 1."
 FRACTION_CLOSED = "Must be between 0 and 1."
 AT_LEAST_ONE = "Must be at least 1 (1.0 = no burst)."
 MIN_0 = "Ensure this value is greater than or equal to 0."
+NON_NEGATIVE = "Must be zero or more."
 MIN_1 = "Ensure this value is greater than or equal to 1."
 SLUG = "Use lower-case letters, digits and . _ / - (starting with a letter or digit)."
 
@@ -233,7 +234,7 @@ FIELD_CASES: list[tuple[Factory, str, Any, str]] = [
     (new_region, "name", "-eu", SLUG),
     (new_region, "price_multiplier", 0, POSITIVE),
     (new_region, "price_multiplier", -1.0, POSITIVE),
-    (new_link, "rtt_ms", -0.1, MIN_0),
+    (new_link, "rtt_ms", -0.1, NON_NEGATIVE),
     (new_accelerator, "memory_gb", 0, POSITIVE),
     (new_accelerator, "peak_bf16_tflops", -1, POSITIVE),
     (new_accelerator, "memory_tbps", 0, POSITIVE),
@@ -247,7 +248,7 @@ FIELD_CASES: list[tuple[Factory, str, Any, str]] = [
     (new_model, "kv_heads", 0, MIN_1),
     (new_model, "head_dim", 0, MIN_1),
     (new_shape, "gpus_per_replica", 0, MIN_1),
-    (new_shape, "runtime_reserve_gb_per_gpu", -1, MIN_0),
+    (new_shape, "runtime_reserve_gb_per_gpu", -1, NON_NEGATIVE),
     (new_shape, "target_utilization", 0, FRACTION_OPEN),
     (new_shape, "target_utilization", 1.01, FRACTION_OPEN),
     (new_figure, "prefill_tokens_per_s", 0, POSITIVE),
@@ -259,13 +260,13 @@ FIELD_CASES: list[tuple[Factory, str, Any, str]] = [
     (new_tier, "target_utilization", 1.5, FRACTION_OPEN),
     (new_tier, "burst_factor", 0.99, AT_LEAST_ONE),
     (new_tenant, "name", "Globex Corp", SLUG),
-    (new_tenant, "max_spill_rtt_ms", -1, MIN_0),
+    (new_tenant, "max_spill_rtt_ms", -1, NON_NEGATIVE),
     (new_tenant, "fair_share_weight", 0, POSITIVE),
     (new_quota, "budget_rate_replica_s_per_s", 0, POSITIVE),
     (new_quota, "budget_burst_replica_s", -1, POSITIVE),
     (new_quota, "tokens_per_minute_limit", -1, MIN_0),
     (new_quota, "tokens_per_minute_burst", -1, MIN_0),
-    (new_profile, "peak_requests_per_s", -1, MIN_0),
+    (new_profile, "peak_requests_per_s", -1, NON_NEGATIVE),
     (new_profile, "prompt_tokens_p50", 0, POSITIVE),
     (new_profile, "prompt_tokens_mean", 0, POSITIVE),
     (new_profile, "prompt_tokens_p95", -1, POSITIVE),
