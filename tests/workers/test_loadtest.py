@@ -133,7 +133,7 @@ def test_prompts_have_the_sampled_length_and_share_only_what_they_should() -> No
     firsts = {tuple(prompt_words(sample, i, 7)[:8]) for i in own}
     assert len(firsts) == len(own)
     assert prompt_words(sample, a, 8)[:8] != words_a[:8]
-    # Every word is from the single-token vocabulary, so a real endpoint sees ~N tokens.
+    # Every word is a plain vocabulary word, so a real endpoint sees about N tokens.
     assert all(" " not in w and w.isalpha() for w in words_a)
 
 

@@ -14,9 +14,10 @@ belongs to a tenant class and draws its prompt and output lengths from that clas
   equal to the profile's prefix-cache hit rate; a cold run shares nothing.
 
 Prompts are built with the sampled token count from a vocabulary of short common English words,
-each a single token in the usual byte-pair tokenizers (with its leading space), so a real
-endpoint sees about the sampled count and the simulated replica (which counts words) sees it
-exactly. Every request's own text starts with a key unique to the run and the request, so a cold
+chosen because byte-pair tokenizers usually hold such words, with their leading space, as one
+token (not checked against any one tokenizer). A real endpoint then sees about the sampled count
+and reports the exact one in its usage; the simulated replica counts words, so it sees the
+sampled count exactly. Every request's own text starts with a key unique to the run and the request, so a cold
 run never hits a prefix cached by an earlier run. A shared prompt is the first
 ``tokens − UNIQUE_TAIL_TOKENS`` words of its class's common text followed by a unique tail (the
 question after a shared system prompt and document).
@@ -80,9 +81,9 @@ _LENGTH_STREAM = 12
 _SHARING_STREAM = 13
 _TEXT_STREAM = 14
 
-#: Short common English words. With a leading space each is one token in GPT-2, Llama and
-#: similar byte-pair vocabularies, so a prompt of N words is close to N tokens on a real
-#: endpoint; the simulated replica counts words.
+#: Short common English words, the kind byte-pair vocabularies usually hold whole (with the
+#: leading space), so a prompt of N words is close to N tokens on a real endpoint; the
+#: simulated replica counts words.
 VOCABULARY: tuple[str, ...] = tuple(
     """
     the of and to in is it you that he was for on are with as his they be at one have this
@@ -395,7 +396,7 @@ def sample_requests(
 
 
 def _key_words(*numbers: int) -> list[str]:
-    """Numbers spelled in base len(VOCABULARY), four words each: a key of single tokens."""
+    """Numbers spelled in base len(VOCABULARY), four words each: a key made of vocabulary words."""
     base = len(VOCABULARY)
     words: list[str] = []
     for number in numbers:
