@@ -161,6 +161,10 @@ class LlmModelSerializer(RecordSerializer):
             "kv_heads",
             "head_dim",
             "kv_bytes_per_element",
+            "hidden_size",
+            "intermediate_size",
+            "attention_heads",
+            "vocab_size",
             "weight_bytes",
             "kv_bytes_per_token",
         )
@@ -246,6 +250,7 @@ class TierSerializer(RevisionedSerializer):
             "priority",
             "target_utilization",
             "burst_factor",
+            "forecast_quantile",
             *REVISION_FIELDS,
         )
 
