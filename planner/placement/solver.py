@@ -19,6 +19,7 @@ before any solve finishes.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from planner.placement.binding import binding_sentences
+from planner.placement.decompose import bound_rows, captive_bounds, home_plan, search
 from planner.placement.linear import Backend, BackendName, Outcome, make_backend
 from planner.placement.model import (
     Instance,
@@ -57,7 +59,15 @@ FAIRNESS_STEP: Final = 1e-6
 # Share of a component's remaining time a stage may use before the cost stage runs (the
 # cost stage gets the bulk; the tie-break stages what is left).
 UNSERVED_SHARE: Final = 0.3
-COST_SHARE: Final = 0.8
+COST_SHARE: Final = 0.9
+# Parts with more routes than this get the region-level help of ``decompose`` before the
+# full solve: a home start and a neighbourhood search (measured in docs/placement.md).
+LARGE_PART_ROUTES: Final = 4000
+# Shares of the cost stage's time: captive bounds, home start, neighbourhood search.
+CAPTIVE_SHARE: Final = 0.1
+HOME_SHARE: Final = 0.15
+SEARCH_SHARE: Final = 0.7
+SEARCH_STEP_S: Final = 10.0
 
 
 @dataclass
@@ -171,32 +181,89 @@ class _Stages:
         if not m.route_ids and not m.change_objective():
             self.plan = Plan(replicas={}, share={})  # nothing to serve, nothing to keep
             return self.plan
-        self._unserved_stages()
+        all_served = self._unserved_stages()
         cost = m.cost_objective()
+        captive = self._prepare_cost(cost) if all_served else 0.0
         outcome = self._run("cost", cost, maximize=False, share=COST_SHARE)
         best = self._accept(outcome, cost, maximize=False)
         self.progress.cost = best
-        # The proven lower bound on cost; 0 where none is known (no solve had time).
-        bound = 0.0
+        # The proven lower bound on cost; the captive bounds where no solve proved more.
+        bound = min(best, captive)
         if outcome is not None and outcome.bound is not None:
-            bound = min(best, outcome.bound)
+            bound = min(best, max(bound, outcome.bound))
             if outcome.proven_optimal and outcome.objective is not None:
                 bound = min(best, outcome.objective)
         self.progress.cost_bound = bound
         self._fix(cost, best)
+        spill = m.spill_objective()
+        if not self.progress.proven:
+            # Time ran out in the cost stage: the tie-breaks get what a linear program with
+            # the replicas fixed can do (routing, spill) rather than a MIP with no time.
+            self._polish(spill)
+            return self.plan
         change = m.change_objective()
         if change:
             outcome = self._run("change", change, maximize=False, share=0.5)
             self._fix(change, self._accept(outcome, change, maximize=False))
-        spill = m.spill_objective()
         if spill:
+            # The best routing for these replicas first (a linear program), so the spill MIP
+            # starts from it; only a different set of replicas can then do better.
+            self._polish(spill, keep_proven=True)
             outcome = self._run("spill", spill, maximize=False, share=1.0)
             self._accept(outcome, spill, maximize=False)
         if self.levels:
-            self._polish(spill)
+            self._polish(spill, keep_proven=True)
         return self.plan
 
-    def _polish(self, spill: Mapping[int, float]) -> None:
+    def _prepare_cost(self, cost: Mapping[int, float]) -> float:
+        """Region-level help before the cost solve; returns the captive lower bound.
+
+        Captive cuts for every part of two or more regions; for a large part also the home
+        start and the neighbourhood search (``decompose``). Needs everyone served.
+        """
+        m = self.model
+        name = self._backend_name
+        left = self._time_left()
+        t0 = time.perf_counter()
+        bounds = captive_bounds(
+            m,
+            deadline=t0 + left * CAPTIVE_SHARE,
+            workers=self._workers,
+            seed=self._seed,
+            backend=name,
+        )
+        for terms, lo in bound_rows(m, bounds):
+            self.backend.add_row(terms, lo, math.inf)
+        self.progress.stage_seconds["captive"] = time.perf_counter() - t0
+        if len(m.route_ids) <= LARGE_PART_ROUTES:
+            return sum(b for _, b in bounds)
+        t0 = time.perf_counter()
+        home = home_plan(
+            m,
+            deadline=t0 + left * HOME_SHARE,
+            workers=self._workers,
+            seed=self._seed,
+            backend=name,
+        )
+        if home is not None and m.objective_value(cost, home) < m.objective_value(cost, self.plan):
+            self.plan = home
+        self.progress.stage_seconds["home"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        self.plan = search(
+            m,
+            self.plan,
+            cost,
+            deadline=t0 + self._time_left() * SEARCH_SHARE,
+            step_s=SEARCH_STEP_S,
+            accept=self._keeps_earlier,
+            workers=self._workers,
+            seed=self._seed,
+            backend=name,
+        )
+        self.progress.stage_seconds["search"] = time.perf_counter() - t0
+        return sum(b for _, b in bounds)
+
+    def _polish(self, spill: Mapping[int, float], *, keep_proven: bool = False) -> None:
         """Route the short priorities again with every replica count fixed.
 
         The MIP stages after fairness keep its levels only within ``FIX_SLACK_SHARES`` (a
@@ -213,6 +280,7 @@ class _Stages:
             if integer:
                 polished.fix(var, values[var])
         before = self.plan
+        proven = self.progress.proven
         self._polished = polished
         self.levels = {}
         try:
@@ -222,12 +290,16 @@ class _Stages:
                 self._accept(outcome, spill, maximize=False)
         finally:
             self._polished = None
+            if keep_proven:
+                self.progress.proven = proven
         if not self._keeps_earlier(self.plan, before) or plan_violations(m.instance, self.plan):
             self.plan = before
 
-    def _unserved_stages(self) -> None:
+    def _unserved_stages(self) -> bool:
+        """Least unserved per priority, each with fairness; True if everyone is served."""
         m = self.model
         priorities = sorted({m.instance.demands[di].priority for di in m.demands})
+        all_served = True
         for p in priorities:
             demands = self._demands_at(p)
             objective = m.unserved_objective(demands)
@@ -243,8 +315,10 @@ class _Stages:
                 for di in demands:
                     self.backend.set_upper_bound(m.v[di], 0.0)
                 continue
+            all_served = False
             self._fix(objective, current)
             self._fair_shares(demands)
+        return all_served
 
     def _fair_shares(self, demands: Sequence[int]) -> None:
         """Max-min fair served fractions within one priority (leximin by water-filling).
@@ -383,16 +457,29 @@ def _solve_parts(
 ) -> dict[tuple[tuple[str, str], ...], tuple[Plan, _Progress]]:
     """Solve ``parts`` side by side on ``workers`` threads (the MIP solvers release the GIL).
 
-    Each part may use its share (by size) of all workers' time until the deadline; larger
-    parts start first. CP-SAT uses the workers itself, so its parts go one at a time.
+    Each part may use its share (by size) of all workers' time until the deadline, set when
+    it starts. CP-SAT uses the workers itself, so its parts go one at a time.
     """
     lanes = 1 if backend == "cpsat" else max(1, workers)
-    order = sorted(parts, key=lambda p: (-_size(p, instance), p.cells))
-    total = sum(_size(p, instance) for p in order) or 1
-    window = max(0.0, deadline - time.perf_counter())
+    # Smallest first: small parts often finish (proven) well inside their share and leave
+    # the rest to the large ones, which then start knowing how much time is really left.
+    order = sorted(parts, key=lambda p: (_size(p, instance), p.cells))
+    unfinished = {p.cells: _size(p, instance) for p in order}
+    waiting = {p.cells for p in order}
+    lock = threading.Lock()
 
     def one(part: Part) -> tuple[Plan, _Progress]:
-        budget = window * lanes * _size(part, instance) / total
+        # A part's share of the time left is set when it starts: its size against every
+        # part not yet finished, over as many lanes as they can use; parts that finish
+        # early leave their time to the later ones, and the last wave to start (one part
+        # per lane, the largest) may use all that is left.
+        with lock:
+            waiting.discard(part.cells)
+            left = max(0.0, deadline - time.perf_counter())
+            busy = min(lanes, len(unfinished))
+            budget = left * busy * unfinished[part.cells] / sum(unfinished.values())
+            if len(waiting) < lanes:
+                budget = left
         model = PlacementModel(instance, part, coupled=coupled, places=places)
         stages = _Stages(
             model,
@@ -402,7 +489,10 @@ def _solve_parts(
             seed=seed,
             backend=backend,
         )
-        return stages.run(), stages.progress
+        result = stages.run(), stages.progress
+        with lock:
+            del unfinished[part.cells]
+        return result
 
     if lanes == 1 or len(order) == 1:
         return {part.cells: one(part) for part in order}
