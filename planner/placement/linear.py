@@ -29,6 +29,8 @@ BACKENDS: Final[tuple[BackendName, ...]] = ("highs", "scip", "cpsat")
 FEASIBILITY_TOLERANCE: Final = 1e-9
 # Relative optimality gap at which a stage counts as proven optimal.
 OPTIMALITY_GAP: Final = 1e-9
+# Seconds per variable and nonzero to hand a model to the solver and read it back.
+TRANSFER_S_PER_ENTRY: Final = 1e-5
 
 
 @dataclass
@@ -119,6 +121,7 @@ class MathOptBackend:
         self._workers = workers
         self._seed = seed
         self._model = mathopt.Model(name="placement")
+        self._nonzeros = 0
         self._vars: list[mathopt.Variable] = []
         self._integer: list[bool] = []
         for lb, ub, integer, var_name in zip(
@@ -139,6 +142,7 @@ class MathOptBackend:
         return len(self._vars) - 1
 
     def add_row(self, terms: Sequence[tuple[int, float]], lo: float, hi: float) -> None:
+        self._nonzeros += len(terms)
         row = self._model.add_linear_constraint(lb=lo, ub=hi)
         for var, coef in terms:
             row.set_coefficient(self._vars[var], coef)
@@ -199,6 +203,10 @@ class MathOptBackend:
                 ]
             )
         started = time.perf_counter()
+        # Handing the model over and reading the answer back take time the solver's own
+        # limit does not see (about a second for 100,000 nonzeros): leave room for it.
+        overhead = TRANSFER_S_PER_ENTRY * (len(self._vars) + self._nonzeros)
+        time_limit_s = max(0.01, time_limit_s - overhead)
         try:
             result = mathopt.solve(
                 m, self._solver, params=self._params(time_limit_s), model_params=model_params

@@ -68,6 +68,8 @@ CAPTIVE_SHARE: Final = 0.1
 HOME_SHARE: Final = 0.15
 SEARCH_SHARE: Final = 0.7
 SEARCH_STEP_S: Final = 10.0
+# Seconds of the time limit kept for merging parts, binding sentences and the solution.
+ASSEMBLY_RESERVE_S: Final = 1.0
 
 
 @dataclass
@@ -525,7 +527,8 @@ def solve_instance(
     start (always consistent) is returned.
     """
     t0 = time.perf_counter() if started is None else started
-    deadline = t0 + time_limit_s
+    # Keep a little of the limit for merging the parts and writing the solution.
+    deadline = t0 + time_limit_s - min(ASSEMBLY_RESERVE_S, 0.05 * time_limit_s)
     places = sites(instance)
     start = start_plan(instance, places)
     coupled: set[tuple[str, str]] = set()
