@@ -20,6 +20,7 @@ with the replicas the pool needs before and after (``planner.capacity``).
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from collections import defaultdict
@@ -1068,6 +1069,32 @@ def drift_check(
     return DriftOutcome(raised, updated, resolved)
 
 
+# The profile field each length or cache alert watches. Its replica impact varies that field
+# alone, at the current request rate: the Friday review's question is what the longer prompts
+# cost at a flat rate, and rate noise between two short windows must not mask (or invert) it.
+_WATCHED_FIELDS = {
+    DriftAlert.Kind.PROMPT_MEAN: "prompt_tokens_mean",
+    DriftAlert.Kind.OUTPUT_MEAN: "output_tokens_mean",
+    DriftAlert.Kind.CACHE_HIT_RATE: "prefix_cache_hit_rate",
+}
+
+
+def _impact_baseline(
+    kind: str, baseline: WorkloadProfile, current: WorkloadProfile
+) -> WorkloadProfile:
+    """The profile that stands for "before" when pricing an alert of this kind.
+
+    A token-share alert compares whole profiles (the share moves with the rate); the others
+    take the current profile with only the watched figure set back to the baseline's.
+    """
+    field = _WATCHED_FIELDS.get(DriftAlert.Kind(kind))
+    if field is None:
+        return baseline
+    standin = copy.copy(current)
+    setattr(standin, field, getattr(baseline, field))
+    return standin
+
+
 def _fill_alert(
     alert: DriftAlert,
     kind: str,
@@ -1086,7 +1113,9 @@ def _fill_alert(
     if baseline is not None:
         after = pool_sizing(model=current.model, region=region)
         before = pool_sizing(
-            model=current.model, region=region, replace={current.tenant_id: baseline}
+            model=current.model,
+            region=region,
+            replace={current.tenant_id: _impact_baseline(kind, baseline, current)},
         )
     # Without a baseline version (deleted since) the impact measured earlier still stands.
     if before is not None and after is not None:

@@ -95,7 +95,7 @@ def test_replan_stores_a_verified_plan_with_allocations_and_routing(scenario: No
     assert served == pytest.approx(plan.planned_requests_per_s)
 
     band = plan.forecast_band
-    assert band["quantiles"]["premium"] == 0.9 and band["sources"]["declared"] == 21
+    assert band["quantiles"]["premium"] == 0.95 and band["sources"]["declared"] == 21
     assert band["low"]["cost_per_hour"] == band["high"]["cost_per_hour"] == plan.cost_per_hour
     assert band["low"]["solved"] is False and band["high"]["solved"] is False
     assert plan.diff["against_version"] is None

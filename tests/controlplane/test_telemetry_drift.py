@@ -133,9 +133,13 @@ def test_output_length_and_cache_hit_rate_drift(fleet: Fleet) -> None:
     assert set(alerts) == {DriftAlert.Kind.OUTPUT_MEAN, DriftAlert.Kind.CACHE_HIT_RATE}
     cache = alerts[DriftAlert.Kind.CACHE_HIT_RATE]
     assert (cache.baseline_value, cache.current_value) == (pytest.approx(0.35), pytest.approx(0.10))
-    # Before: 8 × (1500 × 0.65/4000 + 100/160) = 6.95 → 10; after: 8 × (1500 × 0.9/4000 +
-    # 150/160) = 10.2 → 15. Both alerts carry the profile change's impact.
-    assert (cache.replicas_before, cache.replicas_after) == (10, 15)
+    # Each alert prices its own figure at the current rate. After: 8 × (1500 × 0.9/4000 +
+    # 150/160) = 10.2 → 15. The cache alert's before keeps the new outputs: 8 × (1500 ×
+    # 0.65/4000 + 150/160) = 9.45 → 14; the output alert's keeps the new hit rate:
+    # 8 × (1500 × 0.9/4000 + 100/160) = 7.7 → 11.
+    assert (cache.replicas_before, cache.replicas_after) == (14, 15)
+    output = alerts[DriftAlert.Kind.OUTPUT_MEAN]
+    assert (output.replicas_before, output.replicas_after) == (11, 15)
     assert cache.message.startswith("prefix-cache hit rate 35% → 10% (-25 points)")
     assert alerts[DriftAlert.Kind.OUTPUT_MEAN].message.startswith(
         "mean output length 100 → 150 tokens (+50%)"

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -68,6 +69,24 @@ def _wait_for(url: str, deadline_s: float, process: subprocess.Popen[bytes]) -> 
     raise RuntimeError(f"{url} did not come up within {deadline_s} s")
 
 
+def _wait_for_scrapes(prom_url: str, deadline_s: float) -> None:
+    """Until Prometheus holds two scrapes of the fleet: "ready" comes before the first scrape,
+    and on a loaded machine the first scrapes can lag by seconds, which would leave the
+    test's first buckets short of requests."""
+    query = urllib.parse.urlencode({"query": "count_over_time(vllm:request_success_total[1m])"})
+    end = time.time() + deadline_s
+    while time.time() < end:
+        try:
+            with urllib.request.urlopen(f"{prom_url}/api/v1/query?{query}", timeout=2) as response:
+                result = json.loads(response.read())["data"]["result"]
+            if result and min(float(r["value"][1]) for r in result) >= 2:
+                return
+        except (urllib.error.URLError, OSError, KeyError, ValueError):
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"Prometheus at {prom_url} did not scrape the fleet within {deadline_s} s")
+
+
 def _stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.terminate()
@@ -109,6 +128,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[str, str]]:
     try:
         _wait_for(sim_url + "/healthz", 30, sim)
         _wait_for(prom_url + "/-/ready", 30, prom)
+        _wait_for_scrapes(prom_url, 30)
         yield sim_url, prom_url
     finally:
         _stop(prom)
