@@ -227,15 +227,7 @@ SOLVER_LIMIT_S = 20.0
 
 
 def _solve(problem: dict[str, Any], time_limit_s: float = SOLVER_LIMIT_S) -> dict[str, Any]:
-    try:
-        solution: dict[str, Any] = solve(problem, time_limit_s=time_limit_s, workers=2, seed=0)
-    except AttributeError as error:
-        # Known solver defect: the fairness stage names MathOpt variables "fair-level" and
-        # "excess" more than once, which MathOpt refuses whenever a priority is short. Only
-        # that crash is excused; once it is fixed these tests check everything below.
-        if "duplicate name inserted" in str(error.__context__):
-            pytest.xfail(f"solver fairness stage crashes: {error.__context__}")
-        raise
+    solution: dict[str, Any] = solve(problem, time_limit_s=time_limit_s, workers=2, seed=0)
     return solution
 
 
