@@ -23,7 +23,7 @@ from workers.benchmarks import engine, ray_runner
 
 @pytest.fixture(scope="session")
 def ray_session() -> Iterator[None]:
-    """A local Ray for the session: 2 CPUs, no GPU whatever the machine has."""
+    """A local Ray for the whole test run: 2 CPUs, no GPU whatever the machine has."""
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=2, num_gpus=0, **ray_runner.LOCAL_INIT)
@@ -77,7 +77,7 @@ def test_a_gpu_shape_on_a_ray_without_gpus_fails_clearly(
 ) -> None:
     settings.HEADROOM_BENCHMARK_DEVICE = "gpu"
     settings.HEADROOM_BENCHMARK_GPU_WAIT_S = 0
-    # One GPU more than the session's Ray has: 1 on a Ray without GPUs (this fixture's), and
+    # One GPU more than the test run's Ray has: 1 on a Ray without GPUs (this fixture's), and
     # still too many where another module started Ray on a machine with GPUs.
     have = int(ray_runner.cluster_gpus())
     fleet.shape.gpus_per_replica = have + 1

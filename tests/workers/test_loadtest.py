@@ -403,14 +403,14 @@ def bench() -> Iterator[Bench]:
 
     from workers.benchmarks.ray_runner import ray_init
 
-    # A Ray another test module started for the session is reused as it is.
+    # A Ray another test module started for the test run is reused as it is.
     started_here = not ray.is_initialized()
     ray_init(num_cpus=2)
     config = ReplicaConfig.fifo_slots(
         SLOTS, SLOT_PREFILL * SLOTS, SLOT_DECODE * SLOTS, model="sim", stream_interval_s=0.02
     )
     try:
-        # The generators reserve no CPU: they live for the session, and the session's Ray
+        # The generators reserve no CPU: they live for the whole test run, and the test run's Ray
         # (2 CPUs) must stay free for the tasks other modules send it.
         with (
             replica_server_process(config) as url,
