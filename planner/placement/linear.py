@@ -154,15 +154,6 @@ class MathOptBackend:
         self._vars[var].lower_bound = value
         self._vars[var].upper_bound = value
 
-    def bounds(self, var: int) -> tuple[float, float]:
-        """(lower, upper) bound of a variable now."""
-        return self._vars[var].lower_bound, self._vars[var].upper_bound
-
-    def set_bounds(self, var: int, lb: float, ub: float) -> None:
-        """Change a variable's bounds (and change them back: the model is kept)."""
-        self._vars[var].lower_bound = lb
-        self._vars[var].upper_bound = ub
-
     def _params(self, time_limit_s: float, *, tight: bool = True) -> mathopt.SolveParameters:
         params = mathopt.SolveParameters(
             time_limit=datetime.timedelta(seconds=max(0.01, time_limit_s)),

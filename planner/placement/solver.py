@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from planner.placement.binding import binding_sentences
-from planner.placement.decompose import bound_rows, captive_bounds, home_plan, search
+from planner.placement.decompose import bound_rows, captive_bounds
 from planner.placement.linear import Backend, BackendName, Outcome, make_backend
 from planner.placement.model import (
     Instance,
@@ -60,14 +60,10 @@ FAIRNESS_STEP: Final = 1e-6
 # cost stage gets the bulk; the tie-break stages what is left).
 UNSERVED_SHARE: Final = 0.3
 COST_SHARE: Final = 0.9
-# Parts with more routes than this get the region-level help of ``decompose`` before the
-# full solve: a home start and a neighbourhood search (measured in docs/placement.md).
-LARGE_PART_ROUTES: Final = 4000
-# Shares of the cost stage's time: captive bounds, home start, neighbourhood search.
+# Share of the time left that the captive-region bounds may take before the cost stage.
 CAPTIVE_SHARE: Final = 0.1
-HOME_SHARE: Final = 0.15
-SEARCH_SHARE: Final = 0.7
-SEARCH_STEP_S: Final = 10.0
+# The least time a tie-break stage (change, spill) may take, whatever the cost stage took.
+TIE_BREAK_MIN_S: Final = 2.0
 # Seconds of the time limit kept for merging parts, binding sentences and the solution.
 ASSEMBLY_RESERVE_S: Final = 1.0
 
@@ -129,16 +125,23 @@ class _Stages:
         return self.deadline - time.perf_counter()
 
     def _run(
-        self, name: str, objective: Mapping[int, float], *, maximize: bool, share: float
+        self,
+        name: str,
+        objective: Mapping[int, float],
+        *,
+        maximize: bool,
+        share: float,
+        cap_s: float = math.inf,
     ) -> Outcome | None:
-        """Solve one stage with ``share`` of the time left; None when no time is left."""
+        """Solve one stage with ``share`` of the time left (at most ``cap_s``); None when
+        no time is left."""
         left = self._time_left()
         if left <= 0.01:
             self.progress.proven = False
             return None
         hint = self.model.values_from_plan(self.plan)
         outcome = self.backend.solve(
-            objective, maximize=maximize, time_limit_s=left * share, hint=hint
+            objective, maximize=maximize, time_limit_s=min(left * share, cap_s), hint=hint
         )
         self.progress.stage_seconds[name] = (
             self.progress.stage_seconds.get(name, 0.0) + outcome.seconds
@@ -185,7 +188,7 @@ class _Stages:
             return self.plan
         all_served = self._unserved_stages()
         cost = m.cost_objective()
-        captive = self._prepare_cost(cost) if all_served else 0.0
+        captive = self._prepare_cost() if all_served else 0.0
         outcome = self._run("cost", cost, maximize=False, share=COST_SHARE)
         best = self._accept(outcome, cost, maximize=False)
         self.progress.cost = best
@@ -203,66 +206,40 @@ class _Stages:
             # the replicas fixed can do (routing, spill) rather than a MIP with no time.
             self._polish(spill)
             return self.plan
+        # A tie-break may take about as long as the cost stage did: a part that holds a
+        # worker on its spill stage keeps other parts from their cost stages.
+        cap = max(TIE_BREAK_MIN_S, self.progress.stage_seconds.get("cost", 0.0))
         change = m.change_objective()
         if change:
-            outcome = self._run("change", change, maximize=False, share=0.5)
+            outcome = self._run("change", change, maximize=False, share=0.5, cap_s=cap)
             self._fix(change, self._accept(outcome, change, maximize=False))
         if spill:
             # The best routing for these replicas first (a linear program), so the spill MIP
             # starts from it; only a different set of replicas can then do better.
             self._polish(spill, keep_proven=True)
-            outcome = self._run("spill", spill, maximize=False, share=1.0)
+            outcome = self._run("spill", spill, maximize=False, share=1.0, cap_s=cap)
             self._accept(outcome, spill, maximize=False)
         if self.levels:
             self._polish(spill, keep_proven=True)
         return self.plan
 
-    def _prepare_cost(self, cost: Mapping[int, float]) -> float:
-        """Region-level help before the cost solve; returns the captive lower bound.
+    def _prepare_cost(self) -> float:
+        """Captive-region cuts before the cost solve; returns their sum, a cost bound.
 
-        Captive cuts for every part of two or more regions; for a large part also the home
-        start and the neighbourhood search (``decompose``). Needs everyone served.
+        Only while everyone is to be served (``decompose.captive_bounds``).
         """
         m = self.model
-        name = self._backend_name
-        left = self._time_left()
         t0 = time.perf_counter()
         bounds = captive_bounds(
             m,
-            deadline=t0 + left * CAPTIVE_SHARE,
+            deadline=t0 + self._time_left() * CAPTIVE_SHARE,
             workers=self._workers,
             seed=self._seed,
-            backend=name,
+            backend=self._backend_name,
         )
         for terms, lo in bound_rows(m, bounds):
             self.backend.add_row(terms, lo, math.inf)
         self.progress.stage_seconds["captive"] = time.perf_counter() - t0
-        if len(m.route_ids) <= LARGE_PART_ROUTES:
-            return sum(b for _, b in bounds)
-        t0 = time.perf_counter()
-        home = home_plan(
-            m,
-            deadline=t0 + left * HOME_SHARE,
-            workers=self._workers,
-            seed=self._seed,
-            backend=name,
-        )
-        if home is not None and m.objective_value(cost, home) < m.objective_value(cost, self.plan):
-            self.plan = home
-        self.progress.stage_seconds["home"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        self.plan = search(
-            m,
-            self.plan,
-            cost,
-            deadline=t0 + self._time_left() * SEARCH_SHARE,
-            step_s=SEARCH_STEP_S,
-            accept=self._keeps_earlier,
-            workers=self._workers,
-            seed=self._seed,
-            backend=name,
-        )
-        self.progress.stage_seconds["search"] = time.perf_counter() - t0
         return sum(b for _, b in bounds)
 
     def _polish(self, spill: Mapping[int, float], *, keep_proven: bool = False) -> None:
