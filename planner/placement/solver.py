@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from planner.errors import PlannerInputError
 from planner.placement.binding import binding_sentences
 from planner.placement.decompose import bound_rows, captive_bounds
 from planner.placement.linear import Backend, BackendName, Outcome, make_backend
@@ -641,9 +642,14 @@ def solve(
     ``time_limit_s`` bounds the whole solve in seconds; on expiry the best plan found is
     returned with status ``feasible`` and its ``gap``. ``workers`` and ``seed`` are passed to
     the MIP solver; a fixed pair gives the same plan for the same problem whenever the solve
-    finishes within the limit. An invalid problem gives status ``invalid`` (never raises).
+    finishes within the limit. An invalid problem gives status ``invalid`` (never raises);
+    a time limit or worker count out of range raises ``PlannerInputError``.
     """
     started = time.perf_counter()
+    if not (isinstance(time_limit_s, int | float) and 0 < time_limit_s < math.inf):
+        raise PlannerInputError("time_limit_s", f"must be a positive number, got {time_limit_s!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise PlannerInputError("workers", f"must be a whole number of at least 1, got {workers!r}")
     try:
         parsed = problem if isinstance(problem, Problem) else parse_problem(problem)
     except ProblemInvalid as error:

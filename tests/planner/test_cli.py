@@ -44,7 +44,9 @@ def test_solve_prints_the_solution_and_nothing_else(capsys: pytest.CaptureFixtur
 def test_explain_writes_a_summary_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = run(["solve", str(ZONAL), "--explain", "--time-limit", "20"], capsys)
     assert status == 0
-    assert json.loads(out)["cost_per_hour"] == pytest.approx(54.0)
+    solution = json.loads(out)
+    assert verify(json.loads(ZONAL.read_text()), solution) == []
+    assert solution["cost_per_hour"] == pytest.approx(54.0)
     assert "plan: optimal, 27 replicas, $54.00/hour" in err
     assert "promises relaxed to n+1: 19 replicas, $38.00/hour" in err
     assert "promises relaxed to none: 18 replicas, $36.00/hour" in err
@@ -59,7 +61,9 @@ def test_solve_reads_stdin(
     monkeypatch.setattr(sys, "stdin", io.StringIO(ZONAL.read_text()))
     status, out, _ = run(["solve", "-", "--workers", "1"], capsys)
     assert status == 0
-    assert json.loads(out)["status"] == "optimal"
+    solution = json.loads(out)
+    assert solution["status"] == "optimal"
+    assert verify(json.loads(ZONAL.read_text()), solution) == []
 
 
 def test_invalid_problem_exits_2_naming_the_field(

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from planner.errors import PlannerInputError
 from planner.placement import parse_problem, solve
 from planner.placement.explain import explain
 from planner.placement.generator import generate_problem
@@ -172,6 +173,20 @@ def test_invalid_problem_gets_status_invalid_with_the_field() -> None:
     assert "demands[0].allowed_regions" in solution["message"]
     assert "replicas" not in solution
     assert verify(problem, solution) == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        ({"time_limit_s": 0}, "time_limit_s"),
+        ({"time_limit_s": float("nan")}, "time_limit_s"),
+        ({"workers": 0}, "workers"),
+    ],
+)
+def test_solver_arguments_out_of_range_are_refused(kwargs: dict[str, Any], argument: str) -> None:
+    with pytest.raises(PlannerInputError) as info:
+        solve(load("sizing-base"), **kwargs)
+    assert info.value.argument == argument
 
 
 def test_not_even_an_object_gets_status_invalid() -> None:
