@@ -1,21 +1,29 @@
-"""Captive-region bounds: the integer floors of each region, carried into a part's LP.
+"""Region-level help for a part's cost stage: a bound, a start and a search.
 
 A part spans many regions only through demands that may spill; most demands can only be
-served in one region. Those captive demands cost their region at least the optimum of
-the region's own small MIP (rounding, N+1 and zone-loss floors included), so the row
-``Σ_{blocks of r} price · N ≥ that optimum`` is valid for the whole part once everyone is
-to be served. The part's LP bound then starts from the regions' integer costs rather than
-from fractional replicas (measured in docs/placement.md).
+served in one region. Three uses of that, each measured (docs/placement.md):
+
+- **Captive bounds.** Those captive demands cost their region at least the optimum of the
+  region's own small MIP (rounding, N+1 and zone-loss floors included), so the row
+  ``Σ_{blocks of r} price · N ≥ that optimum`` is valid for the whole part once everyone
+  is to be served. The part's LP bound then starts from the regions' integer costs.
+- **Home start** (large parts). Every demand served in its home region (or its first),
+  each region solved alone: a far better hint than the greedy start, in a few seconds.
+- **Neighbourhood search** (large parts whose full solve did not finish). One group of
+  linked regions at a time is solved as its own small MIP, the rest of the part held at
+  the current plan. HiGHS can spend a large part's whole time in root cut rounds without
+  improving its start; small groups solve to optimality in seconds.
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from planner.placement.linear import BackendName, make_backend
-from planner.placement.model import Part, PlacementModel
+from planner.placement.model import Part, PlacementModel, Plan, SplitFailed, plan_violations
+from planner.placement.start import constructive_plan
 
 
 def _sub_model(
@@ -30,18 +38,33 @@ def _sub_model(
     )
 
 
-def _least_cost_bound(
-    sub: PlacementModel, *, time_limit_s: float, workers: int, seed: int, backend: BackendName
-) -> float | None:
-    """A proven lower bound on the cost of serving every demand of ``sub`` (its optimum if
-    the solve finishes); None if the solve proved nothing."""
+def _solve_served(
+    sub: PlacementModel,
+    *,
+    time_limit_s: float,
+    workers: int,
+    seed: int,
+    backend: BackendName,
+    hint: Plan | None = None,
+) -> tuple[float | None, Plan | None]:
+    """Least cost serving every demand of ``sub``: (proven lower bound, best exact plan)."""
     solver = make_backend(sub.lm, backend, workers=workers, seed=seed)
     for v in sub.v.values():
         solver.set_upper_bound(v, 0.0)
     outcome = solver.solve(
-        sub.cost_objective(), maximize=False, time_limit_s=time_limit_s, hint=None
+        sub.cost_objective(),
+        maximize=False,
+        time_limit_s=time_limit_s,
+        hint=None if hint is None else sub.values_from_plan(hint),
     )
-    return outcome.objective if outcome.proven_optimal else outcome.bound
+    bound = outcome.objective if outcome.proven_optimal else outcome.bound
+    plan: Plan | None = None
+    if outcome.values is not None:
+        try:
+            plan = sub.plan_from_values(outcome.values)
+        except SplitFailed:
+            plan = None
+    return bound, plan
 
 
 def captive_bounds(
@@ -73,7 +96,7 @@ def captive_bounds(
         if left <= 0:
             break
         sub = _sub_model(model, frozenset([r]), captive[r])
-        bound = _least_cost_bound(
+        bound, _ = _solve_served(
             sub,
             time_limit_s=left / (len(regions) - i),
             workers=workers,
@@ -83,6 +106,161 @@ def captive_bounds(
         if bound is not None and bound > 0:
             out.append((frozenset([r]), bound))
     return out
+
+
+def home_plan(
+    model: PlacementModel,
+    *,
+    deadline: float,
+    workers: int,
+    seed: int,
+    backend: BackendName,
+) -> Plan | None:
+    """Every demand served in one region (home if it may, else its first), region by region.
+
+    A region whose MIP finds nothing in its time takes the constructive plan of the same
+    demands there. None if some region cannot serve its demands in full.
+    """
+    instance = model.instance
+    assigned: dict[str, list[int]] = defaultdict(list)
+    for di in model.demands:
+        where = sorted({instance.routes[ri].region for ri in instance.routes_of[di]})
+        if where:
+            home = instance.demands[di].home_region
+            assigned[home if home in where else where[0]].append(di)
+    merged = Plan(replicas={}, share={})
+    # Small regions first: they finish fast and leave their time to the large ones.
+    regions = sorted(assigned, key=lambda r: (len(assigned[r]), r))
+    for i, r in enumerate(regions):
+        left = deadline - time.perf_counter()
+        plan: Plan | None = None
+        if left > 0:
+            _, plan = _solve_served(
+                _sub_model(model, frozenset([r]), assigned[r]),
+                time_limit_s=left / (len(regions) - i),
+                workers=workers,
+                seed=seed,
+                backend=backend,
+            )
+        if plan is None:
+            plan = constructive_plan(
+                instance, model.places, demands=assigned[r], regions=frozenset([r])
+            )
+            if any(
+                sum(plan.share.get(ri, 0.0) for ri in instance.routes_of[di]) < 1.0
+                for di in assigned[r]
+            ):
+                return None
+        merged.replicas.update(plan.replicas)
+        merged.share.update(plan.share)
+    return None if plan_violations(instance, merged) else merged
+
+
+def neighbourhoods(model: PlacementModel, size: int = 6) -> list[frozenset[str]]:
+    """Region groups to search: each region with the ``size − 1`` it shares most demands with."""
+    instance = model.instance
+    regions = sorted({c[0] for c in model.part.cells})
+    if len(regions) <= size:
+        return [frozenset(regions)]
+    links: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for di in model.demands:
+        where = sorted({instance.routes[ri].region for ri in instance.routes_of[di]})
+        for a in where:
+            for b in where:
+                if a != b:
+                    links[a][b] += 1
+    groups: list[frozenset[str]] = []
+    for r in regions:
+        partners = sorted(links[r].items(), key=lambda kv: (-kv[1], kv[0]))[: size - 1]
+        group = frozenset([r, *(p for p, _ in partners)])
+        if group not in groups:
+            groups.append(group)
+    return groups
+
+
+def search(
+    model: PlacementModel,
+    plan: Plan,
+    objective: Mapping[int, float],
+    *,
+    deadline: float,
+    step_s: float,
+    accept: Callable[[Plan], bool],
+    workers: int,
+    seed: int,
+    backend: BackendName,
+) -> Plan:
+    """Improve ``plan``'s cost by re-solving one region group at a time, the rest held.
+
+    Each group is its own small MIP: the blocks of its regions, the demands that may use
+    them, and for each such demand the share the plan routes elsewhere held fixed. Cycles
+    through ``neighbourhoods`` until a whole cycle brings nothing or the deadline. Needs
+    everyone served; a candidate must be exact, cheaper and pass ``accept``.
+    """
+    instance = model.instance
+    problem = instance.problem
+    hoods = neighbourhoods(model)
+    if len(hoods) < 2:
+        return plan
+    best = model.objective_value(objective, plan)
+    stale = 0
+    while stale < len(hoods):
+        for hood in hoods:
+            left = deadline - time.perf_counter()
+            if left <= 0.5 or stale >= len(hoods):
+                return plan
+            demands: list[int] = []
+            elsewhere: dict[int, float] = {}
+            for di in model.demands:
+                routes = [ri for ri in instance.routes_of[di] if ri in model.f]
+                if any(instance.routes[ri].region in hood for ri in routes):
+                    demands.append(di)
+                    elsewhere[di] = sum(
+                        plan.share.get(ri, 0.0)
+                        for ri in routes
+                        if instance.routes[ri].region not in hood
+                    )
+            sub = PlacementModel(
+                instance,
+                Part(
+                    cells=tuple(c for c in model.part.cells if c[0] in hood),
+                    demands=tuple(demands),
+                ),
+                coupled=model.coupled,
+                places=model.places,
+                served_elsewhere=elsewhere,
+            )
+            _, piece = _solve_served(
+                sub,
+                time_limit_s=min(step_s, left),
+                workers=workers,
+                seed=seed,
+                backend=backend,
+                hint=plan,
+            )
+            stale += 1
+            if piece is None:
+                continue
+            candidate = Plan(
+                replicas={
+                    key: n
+                    for key, n in plan.replicas.items()
+                    if problem.region_of_zone(key[0]) not in hood
+                }
+                | piece.replicas,
+                share={
+                    ri: x for ri, x in plan.share.items() if instance.routes[ri].region not in hood
+                }
+                | piece.share,
+            )
+            value = model.objective_value(objective, candidate)
+            if (
+                value < best - 1e-9 * max(1.0, abs(best))
+                and not plan_violations(instance, candidate)
+                and accept(candidate)
+            ):
+                plan, best, stale = candidate, value, 0
+    return plan
 
 
 def bound_rows(

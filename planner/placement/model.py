@@ -281,6 +281,7 @@ class PlacementModel:
         coupled: Collection[tuple[str, str]] = (),
         places: Mapping[tuple[str, str], Site] | None = None,
         formulation: Formulation = Formulation(),
+        served_elsewhere: Mapping[int, float] | None = None,
     ) -> None:
         self.instance = instance
         problem = instance.problem
@@ -341,13 +342,18 @@ class PlacementModel:
             route = instance.routes[ri]
             self.f[ri] = lm.add_var(0.0, 1.0, integer=False, name=f"f[{ri}]")
             self.blocks[(route.region, route.shape)].routes.append(ri)
+        # Share of each demand this model routes: all of it, less what the caller of a
+        # sub-part (decompose.search) holds fixed on routes outside it.
+        elsewhere = served_elsewhere or {}
+        self.rhs = {di: max(0.0, 1.0 - elsewhere.get(di, 0.0)) for di in self.demands}
         self.v: dict[int, int] = {}
         for di in self.demands:
-            v = lm.add_var(0.0, 1.0, integer=False, name=f"v[{instance.demands[di].id}]")
+            rhs = self.rhs[di]
+            v = lm.add_var(0.0, rhs, integer=False, name=f"v[{instance.demands[di].id}]")
             self.v[di] = v
             terms = [(self.f[ri], 1.0) for ri in instance.routes_of[di] if ri in self.f]
             terms.append((v, 1.0))
-            lm.add_row(terms, 1.0, 1.0, name=f"demand[{instance.demands[di].id}]")
+            lm.add_row(terms, rhs, rhs, name=f"demand[{instance.demands[di].id}]")
 
         for key in sorted(self.blocks):
             self._block_rows(self.blocks[key], formulation)
@@ -528,8 +534,9 @@ class PlacementModel:
                 if s > 1e-12 and (totals.get((route.region, route.shape), 0) > 0 or not weighs):
                     mine[ri] = s
             total = sum(mine.values())
-            if total > 1.0 or abs(total - 1.0) <= ROW_TOLERANCE:
-                mine = {ri: s / total for ri, s in mine.items()}
+            rhs = self.rhs[di]
+            if total > 0 and (total > rhs or abs(total - rhs) <= ROW_TOLERANCE):
+                mine = {ri: s * rhs / total for ri, s in mine.items()}
             share.update(mine)
         plan = Plan(replicas=fixed, share=share)
         pooled = {
@@ -571,7 +578,7 @@ class PlacementModel:
             served = sum(
                 plan.share.get(ri, 0.0) for ri in self.instance.routes_of[di] if ri in self.f
             )
-            values[var] = max(0.0, 1.0 - served)
+            values[var] = max(0.0, self.rhs[di] - served)
         return values
 
     def objective_value(self, objective: Mapping[int, float], plan: Plan) -> float:

@@ -6,8 +6,9 @@
 3. least change from ``previous`` (when given), then least spill (Σ x · rtt).
 
 Each stage is a MIP over the same model (``model.py``) with the earlier stages' optima
-added as rows. The problem is first split into independent components (regions linked by
-demands that may use them); each is solved alone within its share of the time limit.
+added as rows. The problem is first split into independent parts ((region, model) cells
+linked by demands that may use them); parts are solved side by side on the worker
+threads, each within its share of the time limit, and merged (docs/placement.md).
 
 Every plan the solver accepts is checked with float arithmetic against the real-valued
 rows (``plan_violations``); a solver answer that only holds within solver tolerance is
@@ -28,7 +29,7 @@ from typing import Any, Final
 
 from planner.errors import PlannerInputError
 from planner.placement.binding import binding_sentences
-from planner.placement.decompose import bound_rows, captive_bounds
+from planner.placement.decompose import bound_rows, captive_bounds, home_plan, search
 from planner.placement.linear import Backend, BackendName, Outcome, make_backend
 from planner.placement.model import (
     Instance,
@@ -57,21 +58,33 @@ FIX_SLACK: Final = 1e-9
 FIX_SLACK_SHARES: Final = 1e-7
 # Served fractions closer than this are one fairness level.
 FAIRNESS_STEP: Final = 1e-6
-# Share of a component's remaining time a stage may use before the cost stage runs (the
-# cost stage gets the bulk; the tie-break stages what is left).
+# Share of a part's remaining time an unserved or fairness solve may use, and the cost
+# stage's share (the tie-break stages get what is left, see TIE_BREAK_MIN_S).
 UNSERVED_SHARE: Final = 0.3
 COST_SHARE: Final = 0.9
 # Share of the time left that the captive-region bounds may take before the cost stage.
 CAPTIVE_SHARE: Final = 0.1
+# A part with more routes than this is large: it starts from the home plan, its full
+# solve gets LARGE_COST_SHARE of the time left, and if that does not finish, the
+# neighbourhood search gets SEARCH_SHARE of what is then left (decompose.py).
+LARGE_PART_ROUTES: Final = 4000
+HOME_SHARE: Final = 0.1
+LARGE_COST_SHARE: Final = 0.6
+SEARCH_SHARE: Final = 0.9
+SEARCH_STEP_S: Final = 5.0
 # The least time a tie-break stage (change, spill) may take, whatever the cost stage took.
 TIE_BREAK_MIN_S: Final = 2.0
+# Polishing needs this many seconds left per model variable (a fresh model is built).
+POLISH_MIN_S_PER_VAR: Final = 1e-4
+# Parts solved at once per worker (they share the cores by time; see _solve_parts).
+PARTS_PER_WORKER: Final = 4
 # Seconds of the time limit kept for merging parts, binding sentences and the solution.
 ASSEMBLY_RESERVE_S: Final = 1.0
 
 
 @dataclass
 class _Progress:
-    """What a component's stages proved, for the solution's status and gap."""
+    """What a part's stages proved, for the solution's status and gap ($/hour)."""
 
     proven: bool = True
     cost: float = 0.0
@@ -81,7 +94,7 @@ class _Progress:
 
 
 class _Stages:
-    """The lexicographic stages on one component's model."""
+    """The lexicographic stages on one part's model; ``plan`` is always exact."""
 
     def __init__(
         self,
@@ -190,8 +203,15 @@ class _Stages:
         all_served = self._unserved_stages()
         cost = m.cost_objective()
         captive = self._prepare_cost() if all_served else 0.0
-        outcome = self._run("cost", cost, maximize=False, share=COST_SHARE)
+        large = all_served and len(m.route_ids) > LARGE_PART_ROUTES
+        if large:
+            self._home_start(cost)
+        outcome = self._run(
+            "cost", cost, maximize=False, share=LARGE_COST_SHARE if large else COST_SHARE
+        )
         best = self._accept(outcome, cost, maximize=False)
+        if large and not self.progress.proven:
+            best = self._search(cost)
         self.progress.cost = best
         # The proven lower bound on cost; the captive bounds where no solve proved more.
         bound = min(best, captive)
@@ -243,6 +263,39 @@ class _Stages:
         self.progress.stage_seconds["captive"] = time.perf_counter() - t0
         return sum(b for _, b in bounds)
 
+    def _home_start(self, cost: Mapping[int, float]) -> None:
+        """A large part starts from the home plan when that is cheaper (decompose.py)."""
+        m = self.model
+        t0 = time.perf_counter()
+        home = home_plan(
+            m,
+            deadline=t0 + self._time_left() * HOME_SHARE,
+            workers=self._workers,
+            seed=self._seed,
+            backend=self._backend_name,
+        )
+        if home is not None and m.objective_value(cost, home) < m.objective_value(cost, self.plan):
+            self.plan = home
+        self.progress.stage_seconds["home"] = time.perf_counter() - t0
+
+    def _search(self, cost: Mapping[int, float]) -> float:
+        """After an unfinished full solve of a large part: the neighbourhood search."""
+        m = self.model
+        t0 = time.perf_counter()
+        self.plan = search(
+            m,
+            self.plan,
+            cost,
+            deadline=t0 + self._time_left() * SEARCH_SHARE,
+            step_s=SEARCH_STEP_S,
+            accept=self._keeps_earlier,
+            workers=self._workers,
+            seed=self._seed,
+            backend=self._backend_name,
+        )
+        self.progress.stage_seconds["search"] = time.perf_counter() - t0
+        return m.objective_value(cost, self.plan)
+
     def _polish(self, spill: Mapping[int, float], *, keep_proven: bool = False) -> None:
         """Route the short priorities again with every replica count fixed.
 
@@ -254,6 +307,9 @@ class _Stages:
         polished plan is kept only if it is exact and serves every priority as well.
         """
         m = self.model
+        # Building a second model of a large part takes a while; not in the last moments.
+        if self._time_left() < POLISH_MIN_S_PER_VAR * m.lm.num_vars:
+            return
         polished = make_backend(m.lm, self._backend_name, workers=self._workers, seed=self._seed)
         values = m.values_from_plan(self.plan)
         for var, integer in enumerate(m.lm.var_integer):
@@ -435,14 +491,17 @@ def _solve_parts(
     seed: int,
     backend: BackendName,
 ) -> dict[tuple[tuple[str, str], ...], tuple[Plan, _Progress]]:
-    """Solve ``parts`` side by side on ``workers`` threads (the MIP solvers release the GIL).
+    """Solve ``parts`` side by side on threads (the MIP solvers release the GIL).
 
-    Each part may use its share (by size) of all workers' time until the deadline, set when
-    it starts. CP-SAT uses the workers itself, so its parts go one at a time.
+    Up to ``PARTS_PER_WORKER × workers`` parts run at once and share the cores by time, so
+    no part waits while another holds a worker on a hard solve, and a part that finishes
+    early leaves the cores to the rest (measured against one part per worker in
+    docs/placement.md). Parts beyond that wait, and take their share (by size) of the time
+    left when they start. CP-SAT uses the workers itself, so its parts go one at a time.
     """
-    lanes = 1 if backend == "cpsat" else max(1, workers)
-    # Smallest first: small parts often finish (proven) well inside their share and leave
-    # the rest to the large ones, which then start knowing how much time is really left.
+    lanes = 1 if backend == "cpsat" else min(len(parts), PARTS_PER_WORKER * max(1, workers))
+    # Smallest first: when parts must wait, small ones often finish (proven) well inside
+    # their share and leave the rest to the large ones.
     order = sorted(parts, key=lambda p: (_size(p, instance), p.cells))
     unfinished = {p.cells: _size(p, instance) for p in order}
     waiting = {p.cells for p in order}
@@ -474,7 +533,7 @@ def _solve_parts(
             del unfinished[part.cells]
         return result
 
-    if lanes == 1 or len(order) == 1:
+    if lanes <= 1 or len(order) <= 1:
         return {part.cells: one(part) for part in order}
     with ThreadPoolExecutor(max_workers=lanes) as pool:
         futures = {part.cells: pool.submit(one, part) for part in order}

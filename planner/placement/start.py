@@ -12,7 +12,7 @@ route can take whole is left unserved; the solver does the finer work of partial
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from planner.capacity._checks import ceil_count
 from planner.placement.model import Instance, Plan, Route, Site
@@ -56,12 +56,15 @@ def constructive_plan(
     places: Mapping[tuple[str, str], Site],
     *,
     keep: Mapping[tuple[str, str], int] | None = None,
+    demands: Collection[int] | None = None,
+    regions: Collection[str] | None = None,
 ) -> Plan:
     """A plan that satisfies every hard row of the spec; ``keep`` seeds it with replicas.
 
     With ``keep`` (a previous plan) those replicas stay, as far as the inventory allows,
     and demands fill them first; that start is what plan stability wants. Replicas the
-    routed load does not need are dropped at the end (kept ones last).
+    routed load does not need are dropped at the end (kept ones last). ``demands`` and
+    ``regions`` restrict the plan to some demands and to routes into some regions.
     """
     problem = instance.problem
     remaining: dict[tuple[str, str], int] = {}
@@ -103,8 +106,9 @@ def constructive_plan(
     def size(di: int) -> float:
         return min((instance.routes[ri].load for ri in instance.routes_of[di]), default=0.0)
 
+    chosen = range(len(instance.demands)) if demands is None else demands
     order = sorted(
-        (di for di, ris in enumerate(instance.routes_of) if ris),
+        (di for di in chosen if instance.routes_of[di]),
         key=lambda di: (instance.demands[di].priority, -size(di), instance.demands[di].id),
     )
     for di in order:
@@ -112,6 +116,8 @@ def constructive_plan(
         best_move: tuple[int, dict[str, int]] | None = None
         for ri in instance.routes_of[di]:
             route = instance.routes[ri]
+            if regions is not None and route.region not in regions:
+                continue
             key = (route.region, route.shape)
             site = places[key]
             adds = _grow(counts[key], caps_of(site, key), with_route(key, route))
