@@ -699,10 +699,12 @@ def solve(
     """Place replicas and route every demand per ``placement-v1``; the spec's solution dict.
 
     ``time_limit_s`` bounds the whole solve in seconds; on expiry the best plan found is
-    returned with status ``feasible`` and its ``gap``. ``workers`` and ``seed`` are passed to
-    the MIP solver; a fixed pair gives the same plan for the same problem whenever the solve
-    finishes within the limit. An invalid problem gives status ``invalid`` (never raises);
-    a time limit or worker count out of range raises ``PlannerInputError``.
+    returned with status ``feasible`` and its ``gap``. Independent parts of the problem are
+    solved side by side, up to four per worker, sharing ``workers`` cores; ``seed`` goes to
+    the MIP solver. A fixed ``workers`` and ``seed`` give the same plan for the same problem
+    whenever the solve finishes within the limit. An invalid problem gives status
+    ``invalid`` (never raises); a time limit or worker count out of range raises
+    ``PlannerInputError``.
     """
     started = time.perf_counter()
     if not (isinstance(time_limit_s, int | float) and 0 < time_limit_s < math.inf):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import planner.placement.solver as solver_module
 from planner.errors import PlannerInputError
 from planner.placement import parse_problem, solve
+from planner.placement.decompose import home_plan, search
 from planner.placement.explain import explain
 from planner.placement.generator import generate_problem
+from planner.placement.model import Instance, PlacementModel, plan_violations, sites
+from planner.placement.solver import _restrict, start_plan
 from planner.placement.verify import verify
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "placement"
@@ -562,3 +567,54 @@ def test_any_valid_problem_gets_a_verified_plan(problem: dict[str, Any]) -> None
     parse_problem(problem)  # valid by construction
     solution = solved(problem, time_limit_s=10)
     assert solution["status"] == "optimal"
+
+
+# ---------------------------------------------------------------------------------------
+# Large-part help: home start and neighbourhood search keep plans exact and never worse.
+
+
+def test_home_plan_and_search_keep_plans_exact_and_never_worse() -> None:
+    # Twelve regions: more than one group of six to search.
+    problem = generate_problem(tenants=40, regions=12, zones_per_region=3, gpu_types=2, seed=7)
+    instance = Instance.build(parse_problem(problem))
+    places = sites(instance)
+    start = start_plan(instance, places)
+    searched = 0
+    for part in instance.parts():
+        model = PlacementModel(instance, part, places=places)
+        plan = _restrict(instance, start, part)
+        cost = model.cost_objective()
+        home = home_plan(
+            model, deadline=time.perf_counter() + 10, workers=1, seed=0, backend="highs"
+        )
+        assert home is not None and plan_violations(instance, home) == []
+        better = search(
+            model,
+            plan,
+            cost,
+            deadline=time.perf_counter() + 10,
+            step_s=2,
+            accept=lambda candidate: True,
+            workers=1,
+            seed=0,
+            backend="highs",
+        )
+        assert plan_violations(instance, better) == []
+        assert model.objective_value(cost, better) <= model.objective_value(cost, plan) + 1e-9
+        for di in part.demands:  # everyone still served in full
+            assert sum(better.share.get(ri, 0.0) for ri in instance.routes_of[di]) == (
+                pytest.approx(1.0)
+            )
+        searched += model.objective_value(cost, better) < model.objective_value(cost, plan)
+    assert searched  # the greedy start leaves something to find
+
+
+def test_large_part_path_returns_a_verified_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every part counts as large and its full solve gets almost no time, so the home start
+    # and the search do the work.
+    monkeypatch.setattr(solver_module, "LARGE_PART_ROUTES", 0)
+    monkeypatch.setattr(solver_module, "LARGE_COST_SHARE", 0.001)
+    problem = generate_problem(tenants=40, regions=12, zones_per_region=3, gpu_types=2, seed=7)
+    solution = solved(problem, time_limit_s=20)
+    assert solution["unserved"] == []
+    assert solution["status"] == "feasible"
