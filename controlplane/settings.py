@@ -170,3 +170,8 @@ if not DEBUG:
 HEADROOM_CAPACITY_MAX_AGE_DAYS = envint("HEADROOM_CAPACITY_MAX_AGE_DAYS", 30)
 # Planning utilisation of a shape that sets none.
 HEADROOM_DEFAULT_TARGET_UTILIZATION = float(envstr("HEADROOM_DEFAULT_TARGET_UTILIZATION", "0.7"))
+# The job pipeline: a telemetry pull that stored samples enqueues a profile derivation, and a
+# derivation that raised new drift alerts requests a re-plan (trigger "drift"). Turn either
+# off to run the steps on their own schedules only.
+HEADROOM_TELEMETRY_DERIVE_AFTER_PULL = envbool("HEADROOM_TELEMETRY_DERIVE_AFTER_PULL", True)
+HEADROOM_REPLAN_ON_DRIFT = envbool("HEADROOM_REPLAN_ON_DRIFT", True)

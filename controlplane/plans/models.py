@@ -28,6 +28,7 @@ class Plan(models.Model):
         API = "api", "API"
         ADMIN = "admin", "admin"
         COMMAND = "command", "command line"
+        DRIFT = "drift", "drift alert"
 
     version = models.PositiveIntegerField(unique=True)
     inputs_hash = models.CharField(
@@ -149,6 +150,10 @@ class ReplanRun(models.Model):
         default=0, help_text="Times a worker started this run; above 1 after a redelivery."
     )
     error = models.TextField(blank=True)
+    reason = models.TextField(
+        blank=True,
+        help_text="Why it was requested beyond its trigger, e.g. the drift alerts behind it.",
+    )
 
     class Meta:
         ordering = ["-created_at"]

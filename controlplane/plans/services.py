@@ -32,11 +32,12 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django.conf import settings as django_settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
@@ -58,6 +59,9 @@ from controlplane.plans.explanation import plan_explanation, stale_sentences
 from controlplane.plans.models import Plan, PlanAllocation, PlanRouting, ReplanRun
 from controlplane.scenarios.services import problem_export
 from planner import placement
+
+if TYPE_CHECKING:
+    from controlplane.telemetry.models import DriftAlert
 
 logger = logging.getLogger(__name__)
 
@@ -142,19 +146,44 @@ def _with_previous(problem: Mapping[str, Any], active: Plan | None) -> dict[str,
 # -- requesting and running -------------------------------------------------------------------
 
 
-def replan_request(*, trigger: str, user: Actor | None = None, enqueue: bool = True) -> ReplanRun:
+def replan_request(
+    *, trigger: str, user: Actor | None = None, enqueue: bool = True, reason: str = ""
+) -> ReplanRun:
     """Create a queued re-plan run and, with ``enqueue``, enqueue its task when the transaction
-    commits (without ``enqueue`` the caller runs it with ``replan_execute``).
+    commits (without ``enqueue`` the caller runs it with ``replan_execute``). ``reason`` says
+    why beyond the trigger (the drift alerts behind a drift re-plan); the plan's explanation
+    repeats it.
 
     Without a broker the task runs in-process at commit (the embedded default), so the run has
     finished when this returns outside a transaction.
     """
     with transaction.atomic():
-        run = ReplanRun(trigger=trigger, requested_by=_recorded(user))
+        run = ReplanRun(trigger=trigger, requested_by=_recorded(user), reason=reason)
         run.full_clean()
         run.save()
         if enqueue:
             transaction.on_commit(lambda: _enqueue(run.pk))
+    return run
+
+
+def drift_reason(alerts: Sequence[DriftAlert]) -> str:
+    """The reason of a drift re-plan: the alerts' ids and messages."""
+    noun = "alert" if len(alerts) == 1 else "alerts"
+    ids = ", ".join(f"#{alert.pk}" for alert in alerts)
+    return f"Drift {noun} {ids}: " + "; ".join(alert.message for alert in alerts)
+
+
+def replan_for_drift(*, alerts: Sequence[DriftAlert]) -> ReplanRun | None:
+    """Request a re-plan (trigger ``drift``) for newly raised drift alerts.
+
+    None, and nothing requested, when there are no alerts or ``HEADROOM_REPLAN_ON_DRIFT`` is
+    off. Requesting one while another re-plan runs, or for inputs that have not changed, is
+    harmless: the planner lock runs one at a time and unchanged inputs make no new plan.
+    """
+    if not alerts or not django_settings.HEADROOM_REPLAN_ON_DRIFT:
+        return None
+    run = replan_request(trigger=Plan.Trigger.DRIFT, reason=drift_reason(alerts))
+    logger.info("re-plan run %s requested for drift alerts %s", run.pk, [a.pk for a in alerts])
     return run
 
 
@@ -385,6 +414,18 @@ def plan_store(
         decision = f"Activated: serves every demand at least as well as plan v{active.version}."
     planned = planned_requests_per_s(problem)
     binding = [*solution.get("binding", []), *stale_sentences(inputs.stale_figures)]
+    explanation = plan_explanation(
+        version=version,
+        problem=problem,
+        solution=solution,
+        planned_requests_per_s=planned,
+        diff=diff,
+        stale=inputs.stale_figures,
+        forecast=inputs.forecast,
+        warnings=inputs.warnings,
+        decision=decision,
+    )
+    explanation["trigger"] = trigger_sentence(run)
     plan = Plan(
         version=version,
         inputs_hash=inputs.inputs_hash,
@@ -393,17 +434,7 @@ def plan_store(
         trigger=run.trigger,
         problem=problem,
         solution=solution,
-        explanation=plan_explanation(
-            version=version,
-            problem=problem,
-            solution=solution,
-            planned_requests_per_s=planned,
-            diff=diff,
-            stale=inputs.stale_figures,
-            forecast=inputs.forecast,
-            warnings=inputs.warnings,
-            decision=decision,
-        ),
+        explanation=explanation,
         cost_per_hour=None if invalid else float(solution["cost_per_hour"]),
         gap=None if invalid else float(solution["gap"]),
         solve_seconds=float(solution.get("solve_seconds", 0.0)),
@@ -422,6 +453,12 @@ def plan_store(
         if state == Plan.State.PROPOSED:
             plan = plan_activate(plan=plan)
     return plan
+
+
+def trigger_sentence(run: ReplanRun) -> str:
+    """What requested the run, for the explanation: its trigger, then its reason if any."""
+    text = f"Trigger: {Plan.Trigger(run.trigger).label}."
+    return f"{text} {run.reason}" if run.reason else text
 
 
 def _store_rows(*, plan: Plan, problem: Mapping[str, Any], solution: Mapping[str, Any]) -> None:

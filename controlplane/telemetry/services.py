@@ -1191,6 +1191,34 @@ def drift_alert_acknowledge(
     return locked
 
 
+# -- the pipeline ---------------------------------------------------------------------------------
+
+
+def derivation_follows_pull(*, pull: TelemetryPull) -> bool:
+    """Whether a pull's task should go on to derive profiles: it succeeded, stored new samples
+    (a window pulled again stores none, and would derive the same profiles) and
+    ``HEADROOM_TELEMETRY_DERIVE_AFTER_PULL`` is on."""
+    return (
+        bool(settings.HEADROOM_TELEMETRY_DERIVE_AFTER_PULL)
+        and pull.status == RunStatus.SUCCEEDED
+        and pull.samples_stored > 0
+    )
+
+
+def drift_alerts_raised(*, derivation: ProfileDerivation) -> list[DriftAlert]:
+    """The drift alerts this derivation raised (not those it only updated), oldest first.
+
+    A derivation raises its alerts as first seen at its window's end, one after the other; its
+    ``alerts_raised`` says how many. Empty for a failed derivation or one that raised none.
+    """
+    if derivation.status != RunStatus.SUCCEEDED or derivation.alerts_raised <= 0:
+        return []
+    newest = DriftAlert.objects.filter(first_seen_at=derivation.window_end).order_by("-pk")
+    return sorted(
+        newest.select_related("tenant", "region")[: derivation.alerts_raised], key=lambda a: a.pk
+    )
+
+
 # -- schedule -------------------------------------------------------------------------------------
 
 PULL_TASK = "headroom.telemetry.pull"

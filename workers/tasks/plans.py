@@ -4,7 +4,8 @@
 and requeued if its worker dies, so a killed re-plan runs again. That is harmless: the run's
 status guard, the planner lock and the inputs hash make a second run store no second plan.
 ``headroom.plans.replan_scheduled`` is what Celery beat sends: it requests a re-plan, whose
-run is then enqueued like any other.
+run is then enqueued like any other. Drift re-plans (trigger ``drift``) are requested by the
+profile derivation task (``workers.tasks.telemetry``) when it raised new drift alerts.
 """
 
 from __future__ import annotations

@@ -3,6 +3,11 @@
 Thin by design: the work is in ``controlplane.telemetry.services``. Beat runs them on the
 schedule ``manage.py install_schedule`` creates (editable in the admin).
 
+The pipeline: a pull that stored new samples enqueues a derivation (over the default profile
+window, which ends at the newest pulled bucket) unless ``HEADROOM_TELEMETRY_DERIVE_AFTER_PULL``
+is off; a derivation that raised drift alerts requests a re-plan (trigger ``drift``) unless
+``HEADROOM_REPLAN_ON_DRIFT`` is off. The decisions are the services'.
+
 A pull that meets Prometheus down, slow or answering garbage has already saved a failed
 ``TelemetryPull`` report and stored nothing; the task is then retried with exponential backoff
 (about 30 s, 60 s, 120 s … capped at 15 minutes, with jitter), five times. A refused query
@@ -16,6 +21,7 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
+from controlplane.plans.services import replan_for_drift
 from controlplane.telemetry import services
 from controlplane.telemetry.prometheus import PrometheusBadResponse, PrometheusUnavailable
 from workers.celery import app
@@ -51,16 +57,22 @@ def pull(
         attempt=int(self.request.retries) + 1,
         task_id=str(self.request.id or ""),
     )
-    return report.summary()
+    summary = report.summary()
+    summary["derivation_enqueued"] = services.derivation_follows_pull(pull=report)
+    if summary["derivation_enqueued"]:
+        derive_profiles.delay()
+    return summary
 
 
 @app.task(name="headroom.telemetry.derive_profiles")
 def derive_profiles(
     window_start: str | None = None, window_end: str | None = None
 ) -> dict[str, Any]:
-    """Derive workload profiles and drift alerts (by default over the profile window)."""
+    """Derive workload profiles and drift alerts (by default over the profile window); new
+    drift alerts request a re-plan, whose run id the result gives (None: none requested)."""
     run = services.workload_profiles_derive(
         window_start=_moment(window_start, "window_start"),
         window_end=_moment(window_end, "window_end"),
     )
-    return run.summary()
+    replan = replan_for_drift(alerts=services.drift_alerts_raised(derivation=run))
+    return {**run.summary(), "replan_run": replan.pk if replan is not None else None}
