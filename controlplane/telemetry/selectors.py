@@ -1,17 +1,21 @@
-"""Reads for telemetry: stored sums per series, known label values, a pool's current profiles
-and the shape it is sized on.
+"""Reads for telemetry: stored sums per series, known label values, request-rate history for
+the demand forecast, a pool's current profiles and the shape it is sized on.
 """
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Func, IntegerField, Q, Sum, Value
 
 from controlplane.fleet.models import CapacityFigure, LlmModel, Region, ReplicaShape
 from controlplane.policies.models import Tenant, WorkloadProfile
+from controlplane.telemetry.conf import telemetry_settings
 from controlplane.telemetry.models import (
     RunStatus,
     TelemetryPull,
@@ -145,6 +149,110 @@ def bucket_values(
         for series_id, value in rows:
             values.setdefault(series_id, []).append(float(value))
     return values
+
+
+# -- request-rate history -------------------------------------------------------------------------
+
+HOUR_S = 3600
+# Series per history query: each answers at most this many × the window's hours rows.
+_HISTORY_SERIES_PER_QUERY = 100
+
+RateSeries = tuple[list[float], list[float]]
+
+
+class _EpochHour(Func):
+    """Whole UTC hours since the epoch of a datetime column, computed in the database, so that
+    samples are summed per hour there and not fetched one by one.
+
+    SQLite keeps datetimes as UTC text (``strftime('%s')`` reads it as seconds; the format is
+    passed as a parameter so that no ``%`` has to be escaped); PostgreSQL's ``timestamptz`` has
+    an epoch.
+    """
+
+    output_field = IntegerField()
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        clone = self.copy()
+        clone.set_source_expressions([Value("%s"), *self.get_source_expressions()])
+        return clone.as_sql(
+            compiler,
+            connection,
+            template=f"(CAST(strftime(%(expressions)s) AS INTEGER) / {HOUR_S})",
+            **extra,
+        )
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler,
+            connection,
+            template=f"CAST(FLOOR(EXTRACT(EPOCH FROM %(expressions)s) / {HOUR_S}) AS bigint)",
+            **extra,
+        )
+
+
+def request_rate_history(
+    *, start: datetime, end: datetime
+) -> dict[tuple[str, str, str], RateSeries]:
+    """Hourly request rates in [start, end) per (tenant, model, region), for the forecast.
+
+    Returns ``{(tenant, model, region): (hour starts in UTC epoch seconds, requests/s)}``, each
+    series in time order: the contract of ``controlplane.plans.demand.rate_history``.
+
+    - **What is counted**: finished requests, the stored increases of ``request_success`` at
+      the configured bucket width (``HEADROOM_TELEMETRY_BUCKET_S``; series of other widths are
+      not mixed in). The series of a label set's workload classes (a ``class`` label) are
+      summed.
+    - **Partial hours**: an hour's rate is its requests over the seconds its stored buckets
+      cover (each class's series over its own buckets), so an hour that telemetry saw only in
+      part is neither diluted by the missing buckets nor left out. An hour with no sample at
+      all is absent, not zero: a telemetry gap is not an idle hour (``planner.forecast`` gives
+      absent hours no weight).
+    - **Known names only**: label values that name no tenant, model or region in the database
+      are left out (the pull reports them); they have no demand to size.
+    - **Bounded**: samples are summed per series and hour in the database, a hundred series
+      per query, so weeks of 5-minute buckets for hundreds of series come back as one row per
+      series and hour, never as single samples. (A bucket wider than an hour is one point,
+      at the hour it starts in.)
+    """
+    from controlplane.telemetry.services import REQUESTS  # services imports this module
+
+    width = telemetry_settings().bucket_s
+    names = known_names()
+    keys: dict[int, tuple[str, str, str]] = {}
+    for series_id, tenant, model, region in TelemetrySeries.objects.filter(
+        bucket_s=width, metric=REQUESTS, le=""
+    ).values_list("id", "tenant", "model", "region"):
+        if tenant in names.tenants and model in names.models and region in names.regions:
+            keys[series_id] = (tenant, model, region)
+    parts: dict[tuple[str, str, str], dict[int, list[float]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    ids = sorted(keys)
+    for i in range(0, len(ids), _HISTORY_SERIES_PER_QUERY):
+        rows = (
+            TelemetrySample.objects.filter(
+                series_id__in=ids[i : i + _HISTORY_SERIES_PER_QUERY],
+                bucket_start__gte=start,
+                bucket_start__lt=end,
+            )
+            .annotate(hour=_EpochHour("bucket_start"))
+            .values("series_id", "hour")
+            .annotate(total=Sum("value"), buckets=Count("bucket_start"))
+            .order_by()
+        )
+        for row in rows:
+            covered_s = int(row["buckets"]) * width
+            parts[keys[row["series_id"]]][int(row["hour"])].append(float(row["total"]) / covered_s)
+    history: dict[tuple[str, str, str], RateSeries] = {}
+    for key, by_hour in sorted(parts.items()):
+        hours = sorted(by_hour)
+        # fsum: the same samples give the same rates whatever order the rows came in, so a
+        # re-plan's inputs hash does not depend on the database's row order.
+        history[key] = (
+            [float(h * HOUR_S) for h in hours],
+            [math.fsum(by_hour[h]) for h in hours],
+        )
+    return history
 
 
 # -- profiles and pools ---------------------------------------------------------------------------

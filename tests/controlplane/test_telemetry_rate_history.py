@@ -1,0 +1,141 @@
+"""Request-rate history for the demand forecast (``selectors.request_rate_history``): hourly
+rates from the stored request counter, summed over classes, over the seconds each hour was
+seen; unknown names, other metrics and other bucket widths left out; and, fed two weeks and
+more of samples, a re-plan that sizes a tenant's demand from the forecast."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from django.utils import timezone
+
+from controlplane.plans.demand import forecast_anchor
+from controlplane.plans.models import ReplanRun
+from controlplane.telemetry import services
+from controlplane.telemetry.selectors import request_rate_history
+from controlplane.telemetry.services import SeriesKey
+from tests.controlplane.plans_helpers import load_support_assistant, run_replan
+from tests.controlplane.telemetry_fakes import make_fleet, store
+
+pytestmark = pytest.mark.django_db
+
+BUCKET_S = 300
+T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)  # a Monday, on the hour
+
+
+def _requests(
+    tenant: str,
+    per_bucket: dict[datetime, float],
+    *,
+    region: str = "eu-west",
+    workload_class: str = "",
+    metric: str = services.REQUESTS,
+    bucket_s: int = BUCKET_S,
+) -> None:
+    key = SeriesKey(tenant, "chat-70b", region, workload_class, metric, "")
+    store({key: per_bucket}, bucket_s)
+
+
+def _buckets(start: datetime, count: int, requests: float) -> dict[datetime, float]:
+    return {start + timedelta(seconds=i * BUCKET_S): requests for i in range(count)}
+
+
+def test_an_hours_rate_sums_the_classes_of_a_label_set() -> None:
+    make_fleet(("acme", "eu-west"))
+    _requests("acme", _buckets(T0, 12, 300.0), workload_class="chat")  # 1 req/s
+    _requests("acme", _buckets(T0, 12, 600.0), workload_class="batch")  # 2 req/s
+
+    history = request_rate_history(start=T0, end=T0 + timedelta(hours=1))
+
+    assert history == {("acme", "chat-70b", "eu-west"): ([T0.timestamp()], [3.0])}
+
+
+def test_a_partly_seen_hour_is_a_rate_over_its_seen_seconds_an_unseen_one_is_absent() -> None:
+    make_fleet(("acme", "eu-west"))
+    # Hour 0 whole; hour 1 only its first half (6 of 12 buckets), at a steady 2 req/s; hour 2
+    # never pulled; hour 3 whole at 4 req/s.
+    samples = _buckets(T0, 12, 600.0) | _buckets(T0 + timedelta(hours=1), 6, 600.0)
+    samples |= _buckets(T0 + timedelta(hours=3), 12, 1200.0)
+    _requests("acme", samples)
+
+    timestamps, rates = request_rate_history(start=T0, end=T0 + timedelta(hours=4))[
+        ("acme", "chat-70b", "eu-west")
+    ]
+
+    hour = 3600.0
+    assert timestamps == [T0.timestamp(), T0.timestamp() + hour, T0.timestamp() + 3 * hour]
+    assert rates == [2.0, 2.0, 4.0]
+
+
+def test_the_window_is_half_open_and_may_start_inside_an_hour() -> None:
+    make_fleet(("acme", "eu-west"))
+    _requests("acme", _buckets(T0, 24, 300.0) | {T0 + timedelta(hours=2): 9000.0})
+
+    start, end = T0 + timedelta(minutes=30), T0 + timedelta(hours=2)
+    timestamps, rates = request_rate_history(start=start, end=end)[("acme", "chat-70b", "eu-west")]
+
+    # Hour 0 from its 6 buckets after 08:30; the bucket at ``end`` is not in the window.
+    assert timestamps == [T0.timestamp(), T0.timestamp() + 3600]
+    assert rates == [1.0, 1.0]
+    assert request_rate_history(start=end, end=end) == {}
+
+
+def test_unknown_names_other_metrics_and_other_bucket_widths_are_left_out() -> None:
+    make_fleet(("acme", "eu-west"))
+    _requests("acme", _buckets(T0, 12, 300.0))
+    _requests("ghost-co", _buckets(T0, 12, 300.0))  # no such tenant
+    _requests("acme", _buckets(T0, 12, 300.0), region="ap-south")  # no such region
+    _requests("acme", _buckets(T0, 12, 9e5), metric=services.PROMPT_TOKENS)
+    _requests("acme", {T0: 60.0}, bucket_s=60)  # another width: not this configuration's
+
+    history = request_rate_history(start=T0, end=T0 + timedelta(hours=1))
+
+    assert history == {("acme", "chat-70b", "eu-west"): ([T0.timestamp()], [1.0])}
+
+
+def test_the_configured_bucket_width_is_read(settings) -> None:  # type: ignore[no-untyped-def]
+    make_fleet(("acme", "eu-west"))
+    _requests("acme", {T0 + timedelta(minutes=m): 60.0 for m in range(60)}, bucket_s=60)
+    settings.HEADROOM_TELEMETRY_BUCKET_S = 60
+
+    history = request_rate_history(start=T0, end=T0 + timedelta(hours=1))
+
+    assert history == {("acme", "chat-70b", "eu-west"): ([T0.timestamp()], [1.0])}
+
+
+def test_two_weeks_of_samples_make_a_replan_size_the_demand_from_the_forecast() -> None:
+    load_support_assistant()
+    end = forecast_anchor(timezone.now())
+    days = 16
+    first = end - timedelta(days=days)
+    # keystone-mutual, us-east: a daily wave around 2 requests/s (peak about 2.9) with 10%
+    # noise, 5-minute buckets, plus today's buckets, which the forecast must not see.
+    rng = np.random.default_rng(5)
+    samples = {}
+    for i in range((days + 1) * 288):
+        at = first + timedelta(seconds=i * BUCKET_S)
+        wave = 1.0 + 0.45 * math.sin(2 * math.pi * (at.hour + at.minute / 60) / 24)
+        samples[at] = round(2.0 * wave * BUCKET_S * rng.lognormal(0.0, 0.1))
+    key = SeriesKey("keystone-mutual", "chat-70b", "us-east", "", services.REQUESTS, "")
+    store({key: samples}, BUCKET_S)
+
+    run = run_replan()
+
+    assert run.status == ReplanRun.Status.SUCCEEDED, run.error
+    assert run.plan is not None
+    sized = [d for d in run.plan.problem["demands"] if "forecast" in d]
+    assert {d["tenant"] for d in sized} == {"keystone-mutual"}
+    assert len(sized) == 3  # its three workload classes, one series
+    for demand in sized:
+        info = demand["forecast"]
+        assert info["source"] == "telemetry"
+        assert info["history_hours"] == days * 24
+        assert info["low_requests_per_s"] < demand["requests_per_s"]
+    # Declared: 2.0 requests/s at peak. The forecast plans the premium tier's p95 of the
+    # wave's peak hours, about 2.9.
+    total = sum(d["requests_per_s"] for d in sized)
+    assert 2.6 < total < 3.4
+    assert run.plan.forecast_band["sources"] == {"declared": 18, "telemetry": 3}
