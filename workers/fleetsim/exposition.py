@@ -36,12 +36,13 @@ def _histogram(lines: list[str], name: str, labels: dict[str, str], hist: Histog
     lines.append(f"{name}_count{_labels(labels)} {hist.observations}")
 
 
-_GAUGES = (
+# (name, help, SeriesState attribute) of every series the fleet exposes, by kind.
+GAUGES = (
     ("vllm:num_requests_running", "Number of requests in model execution batches.", "running"),
     ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "waiting"),
     ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "kv_usage"),
 )
-_COUNTERS = (
+COUNTERS = (
     ("vllm:prompt_tokens", "Number of prefill tokens processed.", "prompt_tokens"),
     ("vllm:generation_tokens", "Number of generation tokens processed.", "generation_tokens"),
     ("vllm:request_success", "Count of successfully processed requests.", "requests_succeeded"),
@@ -49,7 +50,7 @@ _COUNTERS = (
     ("vllm:prefix_cache_hits", "Prefix cache hits, in tokens.", "prefix_hits"),
     ("vllm:num_preemptions", "Cumulative number of preemptions.", "preemptions"),
 )
-_HISTOGRAMS = (
+HISTOGRAMS = (
     ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "prompt_hist"),
     ("vllm:request_generation_tokens", "Number of generation tokens.", "output_hist"),
     ("vllm:time_to_first_token_seconds", "Histogram of time to first token.", "ttft_hist"),
@@ -65,13 +66,13 @@ def render(simulator: FleetSimulator, names: LabelNames | None = None) -> str:
         for (tenant, model, region), state in sorted(simulator.series().items())
     ]
     lines: list[str] = []
-    for name, help_text, attr in _GAUGES:
+    for name, help_text, attr in GAUGES:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
         lines += [f"{name}{_labels(lab)} {_number(getattr(st, attr))}" for lab, st in series]
-    for name, help_text, attr in _COUNTERS:
+    for name, help_text, attr in COUNTERS:
         lines += [f"# HELP {name}_total {help_text}", f"# TYPE {name}_total counter"]
         lines += [f"{name}_total{_labels(lab)} {_number(getattr(st, attr))}" for lab, st in series]
-    for name, help_text, attr in _HISTOGRAMS:
+    for name, help_text, attr in HISTOGRAMS:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
         for lab, st in series:
             _histogram(lines, name, lab, getattr(st, attr))

@@ -176,6 +176,51 @@ class PoolLoad:
     kv_usage: float
 
 
+def pool_load(spec: FleetSpec, model: str, region: str, rate_factor: float = 1.0) -> PoolLoad:
+    """Utilisation, wait and Little's-law gauges of a pool under ``spec``, with every stream's
+    rate multiplied by ``rate_factor`` (the hour's share of the peak, in simulated history)."""
+    pool = spec.pool(model, region)
+    extra = spec.extra_prompt_tokens
+    rate = 0.0
+    work = 0.0  # replica-seconds per second
+    wall = 0.0  # sequence-seconds per second (in service)
+    context = 0.0  # token-seconds of KV per second
+    for stream in spec.streams:
+        if stream.model != model or stream.region != region:
+            continue
+        for cls in stream.classes:
+            lam = stream.requests_per_s * rate_factor * cls.share
+            prompt = cls.prompt_mean + extra
+            prefill = prompt * (1 - cls.prefix_cache_hit_rate) / pool.prefill_tokens_per_s
+            cost = prefill + cls.output_mean / pool.decode_tokens_per_s
+            stream_s = prefill + cls.output_mean / pool.per_sequence_decode_tokens_per_s
+            rate += lam
+            work += lam * cost
+            wall += lam * stream_s
+            context += lam * stream_s * (prompt + cls.output_mean / 2)
+    utilization = work / pool.replicas
+    if rate == 0:
+        return PoolLoad(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    mean_cost = work / rate
+    if utilization >= _SATURATED:
+        # An overloaded pool: every arrival waits, and the wait grows with the overload.
+        wait = mean_cost * 50.0 * utilization
+        probability = 1.0
+    else:
+        probability = queueing.erlang_c(pool.replicas, work)
+        wait = queueing.mmc_mean_wait(rate, mean_cost, pool.replicas)
+    running_per_replica = wall / pool.replicas
+    kv = min(1.0, context / pool.replicas / pool.kv_pool_tokens)
+    return PoolLoad(
+        utilization=utilization,
+        mean_wait_s=wait,
+        wait_probability=probability,
+        running=running_per_replica * pool.replicas,
+        waiting=rate * wait,
+        kv_usage=kv,
+    )
+
+
 class FleetSimulator:
     """Advances the fleet's counters in time; thread-safe."""
 
@@ -208,44 +253,7 @@ class FleetSimulator:
 
     def pool_load(self, model: str, region: str) -> PoolLoad:
         """Utilisation, wait and Little's-law gauges of a pool under the current spec."""
-        pool = self._spec.pool(model, region)
-        extra = self._spec.extra_prompt_tokens
-        rate = 0.0
-        work = 0.0  # replica-seconds per second
-        wall = 0.0  # sequence-seconds per second (in service)
-        context = 0.0  # token-seconds of KV per second
-        for stream in self._streams_of(model, region):
-            for cls in stream.classes:
-                lam = stream.requests_per_s * cls.share
-                prompt = cls.prompt_mean + extra
-                prefill = prompt * (1 - cls.prefix_cache_hit_rate) / pool.prefill_tokens_per_s
-                cost = prefill + cls.output_mean / pool.decode_tokens_per_s
-                stream_s = prefill + cls.output_mean / pool.per_sequence_decode_tokens_per_s
-                rate += lam
-                work += lam * cost
-                wall += lam * stream_s
-                context += lam * stream_s * (prompt + cls.output_mean / 2)
-        utilization = work / pool.replicas
-        if rate == 0:
-            return PoolLoad(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        mean_cost = work / rate
-        if utilization >= _SATURATED:
-            # An overloaded pool: every arrival waits, and the wait grows with the overload.
-            wait = mean_cost * 50.0 * utilization
-            probability = 1.0
-        else:
-            probability = queueing.erlang_c(pool.replicas, work)
-            wait = queueing.mmc_mean_wait(rate, mean_cost, pool.replicas)
-        running_per_replica = wall / pool.replicas
-        kv = min(1.0, context / pool.replicas / pool.kv_pool_tokens)
-        return PoolLoad(
-            utilization=utilization,
-            mean_wait_s=wait,
-            wait_probability=probability,
-            running=running_per_replica * pool.replicas,
-            waiting=rate * wait,
-            kv_usage=kv,
-        )
+        return pool_load(self._spec, model, region)
 
     def _streams_of(self, model: str, region: str) -> Iterable[StreamSpec]:
         return (s for s in self._spec.streams if s.model == model and s.region == region)

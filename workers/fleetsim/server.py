@@ -1,20 +1,28 @@
 """HTTP server for the simulated fleet.
 
 - ``GET /metrics``: Prometheus text format, advanced to the current time first.
+- ``GET /api/v1/query_range``: Prometheus' range-query API over the simulated history (see
+  ``query_api``), when the server was given a history; the telemetry pull reads it as it reads
+  Prometheus.
 - ``GET /healthz``: ``ok``.
 - ``POST /drift`` with ``{"extra_prompt_tokens": 1200}``: apply (or, with 0, undo) prompt
-  growth from now on.
+  growth from now on, in the live counters and in the history alike.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from workers.fleetsim.exposition import LabelNames, render
 from workers.fleetsim.fleet import FleetSimulator
+from workers.fleetsim.history import FleetHistory
+from workers.fleetsim.query_api import QueryApi
 
 
 def make_server(
@@ -24,7 +32,10 @@ def make_server(
     port: int = 9400,
     labels: LabelNames | None = None,
     clock: Callable[[], float] = time.time,
+    history: FleetHistory | None = None,
 ) -> ThreadingHTTPServer:
+    api = QueryApi(history, labels, clock) if history is not None else None
+
     class Handler(BaseHTTPRequestHandler):
         def _reply(self, status: int, body: str, content_type: str = "text/plain") -> None:
             data = body.encode()
@@ -35,10 +46,20 @@ def make_server(
             self.wfile.write(data)
 
         def do_GET(self) -> None:
-            if self.path.split("?")[0] == "/metrics":
-                simulator.advance_to(clock())
+            url = urllib.parse.urlsplit(self.path)
+            if url.path == "/metrics":
+                now = clock()
+                simulator.advance_to(now)
+                if history is not None:
+                    # Prompt growth the history schedules (--drift-at) reaches the live
+                    # counters once its moment has come.
+                    simulator.set_extra_prompt_tokens(history.extra_now(now))
                 self._reply(200, render(simulator, labels), "text/plain; version=0.0.4")
-            elif self.path == "/healthz":
+            elif url.path == "/api/v1/query_range" and api is not None:
+                params = dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True))
+                status, body = api.answer(params)
+                self._reply(status, json.dumps(body, separators=(",", ":")), "application/json")
+            elif url.path == "/healthz":
                 self._reply(200, "ok\n")
             else:
                 self._reply(404, "not found\n")
@@ -51,8 +72,11 @@ def make_server(
             try:
                 payload = json.loads(self.rfile.read(length) or b"{}")
                 tokens = float(payload["extra_prompt_tokens"])
-                simulator.advance_to(clock())
+                now = clock()
+                simulator.advance_to(now)
                 simulator.set_extra_prompt_tokens(tokens)
+                if history is not None:
+                    history.set_extra_prompt_tokens(at=now, tokens=tokens)
             except (ValueError, KeyError, TypeError) as exc:
                 self._reply(400, json.dumps({"error": f"extra_prompt_tokens: {exc}"}) + "\n")
                 return
@@ -63,3 +87,20 @@ def make_server(
 
     simulator.advance_to(clock())
     return ThreadingHTTPServer((host, port), Handler)
+
+
+@contextmanager
+def serving(server: ThreadingHTTPServer) -> Iterator[str]:
+    """Serve ``server`` from a background thread of this process; yields its base URL and
+    shuts it down on leaving."""
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+    )
+    thread.start()
+    host, port = server.server_address[:2]
+    try:
+        yield f"http://{host!s}:{port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
