@@ -578,7 +578,9 @@ class PlacementModel:
             served = sum(
                 plan.share.get(ri, 0.0) for ri in self.instance.routes_of[di] if ri in self.f
             )
-            values[var] = max(0.0, self.rhs[di] - served)
+            # Shares scaled to whole add up to 1 only within float noise: not unserved.
+            left = self.rhs[di] - served
+            values[var] = left if left > ROW_TOLERANCE * max(1.0, self.rhs[di]) else 0.0
         return values
 
     def objective_value(self, objective: Mapping[int, float], plan: Plan) -> float:

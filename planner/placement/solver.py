@@ -32,6 +32,7 @@ from planner.placement.binding import binding_sentences
 from planner.placement.decompose import bound_rows, captive_bounds, home_plan, search
 from planner.placement.linear import Backend, BackendName, Outcome, make_backend
 from planner.placement.model import (
+    ROW_TOLERANCE,
     Instance,
     Part,
     PlacementModel,
@@ -317,6 +318,9 @@ class _Stages:
                 polished.fix(var, values[var])
         before = self.plan
         proven = self.progress.proven
+        # The unserved stages proper reported their gap; a re-route cut short by the clock
+        # (with the replicas fixed) says nothing about it.
+        unserved_gap = self.progress.unserved_gap
         self._polished = polished
         self.levels = {}
         try:
@@ -326,6 +330,7 @@ class _Stages:
                 self._accept(outcome, spill, maximize=False)
         finally:
             self._polished = None
+            self.progress.unserved_gap = unserved_gap
             if keep_proven:
                 self.progress.proven = proven
         if not self._keeps_earlier(self.plan, before) or plan_violations(m.instance, self.plan):
@@ -657,7 +662,8 @@ def solution_dict(
                     }
                 )
                 served += share
-        left = max(0.0, 1.0 - served) * rate
+        # Shares scaled to whole add up to 1 only within float noise: that is served.
+        left = (1.0 - served) * rate if 1.0 - served > ROW_TOLERANCE else 0.0
         if left > 0:
             unserved.append(
                 {

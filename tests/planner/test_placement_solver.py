@@ -618,3 +618,29 @@ def test_large_part_path_returns_a_verified_plan(monkeypatch: pytest.MonkeyPatch
     solution = solved(problem, time_limit_s=20)
     assert solution["unserved"] == []
     assert solution["status"] == "feasible"
+
+
+def test_shares_that_add_up_to_one_within_float_noise_leave_nothing_unserved() -> None:
+    # 0.3 + 0.6 + 0.1 is 0.9999999999999999 in floating point: served in full, not a demand
+    # with 1e-16 of its rate unserved (nor an unserved stage run for it).
+    problem = one_region()
+    base = problem["shapes"][0]
+    problem["shapes"] = [{**base, "name": f"m/gpu80x1-{i}"} for i in range(3)]
+    problem["demands"] = [demand("d", 9.0)]
+    instance = Instance.build(parse_problem(problem))
+    (di,) = range(len(instance.demands))
+    routes = instance.routes_of[di]
+    assert len(routes) == 3
+    shares = dict(zip(routes, (0.3, 0.6, 0.1), strict=True))
+    assert sum(shares.values()) < 1.0
+    plan = solver_module.Plan(
+        replicas={("r1-a", f"m/gpu80x1-{i}"): 10 for i in range(3)}, share=shares
+    )
+    model = PlacementModel(
+        instance, instance.parts(set())[0], coupled=set(), places=sites(instance)
+    )
+    assert model.objective_value(model.unserved_objective([di]), plan) == 0.0
+    progress = solver_module._Progress(cost=60.0, cost_bound=60.0)
+    solution = solver_module.solution_dict(instance, plan, progress, seconds=0.0)
+    assert solution["unserved"] == []
+    assert solution["unserved_requests_per_s"] == 0.0
