@@ -15,15 +15,17 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
-# The main job on embedded defaults (SQLite, in-process tasks): load the example scenario,
-# export the placement problem, re-plan (solve, store, explain, activate) and print the plan
-# with its region allocations.
+# The main job on embedded defaults (SQLite in var/, in-process tasks, the fleet simulator as
+# the telemetry source): load the example scenario, export its placement problem, then run the
+# whole pipeline: pull two weeks of simulated telemetry, derive workload profiles and drift
+# alerts, re-plan from the forecast, activate, emit to var/emission/, and print the drift
+# alerts, the forecast and the region allocations.
 run: setup
 	mkdir -p var
 	$(PY) manage.py migrate --noinput --verbosity 0
 	$(PY) manage.py load_scenario $(SCENARIO)
-	$(PY) manage.py export_problem --output var/problem.json --summary
-	$(PY) manage.py replan --wait
+	$(PY) manage.py export_problem --output var/problem.json
+	$(PY) manage.py run_pipeline --scenario $(SCENARIO)
 
 # Lint, type checks, Django checks and the whole test suite (DATABASE_URL picks the database).
 test: setup check pytest

@@ -36,6 +36,33 @@ def last_pulled_until(*, bucket_s: int) -> datetime | None:
     )
 
 
+def pulled_windows(
+    *, bucket_s: int, start: datetime, end: datetime
+) -> list[tuple[datetime, datetime]]:
+    """The parts of [start, end) that successful pulls at this bucket width covered, merged
+    and in time order."""
+    rows = (
+        TelemetryPull.objects.filter(
+            status=RunStatus.SUCCEEDED,
+            bucket_s=bucket_s,
+            window_start__lt=end,
+            window_end__gt=start,
+        )
+        .order_by("window_start")
+        .values_list("window_start", "window_end")
+    )
+    merged: list[tuple[datetime, datetime]] = []
+    for lo, hi in rows:
+        lo, hi = max(lo, start), min(hi, end)
+        if lo >= hi:
+            continue
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
 # -- label values ---------------------------------------------------------------------------------
 
 
