@@ -225,6 +225,7 @@ class ReplanRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type
         "finished_at",
         "attempts",
         "error",
+        "reason",
     )
     readonly_fields = fields
 

@@ -159,7 +159,8 @@ class PlanViewSet(_ReadViewSet):
 
 
 class ReplanRunViewSet(_ReadViewSet):
-    """Re-plan runs, newest first: status, timing, attempts, error and the plan they made."""
+    """Re-plan runs, newest first: status, timing, attempts, error, the plan they made and the
+    reason they were requested (the drift alerts behind a drift re-plan)."""
 
     serializer_class = ReplanRunSerializer
     filterset_class = ReplanRunFilter

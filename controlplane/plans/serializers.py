@@ -111,6 +111,9 @@ class PlanDetailSerializer(PlanSerializer):
 
 
 class ReplanRunSerializer(serializers.ModelSerializer[ReplanRun]):
+    """A re-plan run: its status, timing and error, the plan it made, and its ``reason`` (why
+    beyond the trigger, e.g. the drift alerts behind a drift re-plan; empty when none)."""
+
     requested_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="username", read_only=True
     )
@@ -130,6 +133,7 @@ class ReplanRunSerializer(serializers.ModelSerializer[ReplanRun]):
             "finished_at",
             "attempts",
             "error",
+            "reason",
         )
         read_only_fields = fields
 

@@ -12,6 +12,7 @@ from django.urls import reverse
 
 from controlplane.api.permissions import POLICY_ADMIN, VIEWER
 from controlplane.plans.models import Plan, ReplanRun
+from controlplane.plans.services import replan_request
 from tests.controlplane.conftest import make_user
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan, shrink_region
 
@@ -96,6 +97,14 @@ def test_a_plan_page_is_read_only_with_allocations_inline(admin_client_for_role:
     assert client.post(reverse("admin:plans_plan_delete", args=[plan.pk])).status_code == 403
     runs = client.get(reverse("admin:plans_replanrun_changelist"))
     assert runs.status_code == 200
+
+    reason = "Drift alert #7: brightpath-learning in eu-west needs 3 more replicas."
+    drift = replan_request(trigger=Plan.Trigger.DRIFT, enqueue=False, reason=reason)
+    run_page = client.get(reverse("admin:plans_replanrun_change", args=[drift.pk]))
+    assert run_page.status_code == 200
+    run_html = run_page.content.decode()
+    assert "Reason:" in run_html and reason in run_html
+    assert 'name="_save"' not in run_html
 
 
 def test_approve_and_reject_actions(admin_client_for_role: Any) -> None:

@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from controlplane.api.permissions import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.plans.models import Plan, ReplanRun
+from controlplane.plans.services import replan_request
 from tests.controlplane.api_harness import MALFORMED_BODIES
 from tests.controlplane.plans_helpers import (
     load_support_assistant,
@@ -24,6 +25,7 @@ from tests.controlplane.plans_helpers import (
 pytestmark = pytest.mark.django_db
 
 NO_ROLE, ANONYMOUS = "no-role", "anonymous"
+DRIFT_REASON = "Drift alert #7: brightpath-learning in eu-west needs 3 more replicas."
 READERS = (POLICY_ADMIN, FINANCE, VIEWER)
 
 
@@ -149,6 +151,7 @@ def test_replan_answers_202_with_the_run(
     # without a broker, the run has finished before the request answers).
     assert body["status"] == "queued" and body["trigger"] == "api"
     assert body["requested_by"] == "admin-user"
+    assert body["reason"] == ""  # only a drift re-plan says why beyond its trigger
     assert response["Location"] == f"/api/plans/runs/{body['id']}/"
     finished = client.get(response["Location"]).json()
     assert finished["status"] == "succeeded" and finished["plan_version"] == 1
@@ -161,6 +164,15 @@ def test_replan_answers_202_with_the_run(
     assert again["status"] == "unchanged" and again["plan_version"] == 1
     runs = client.get("/api/plans/runs/?status=unchanged").json()["results"]
     assert [r["id"] for r in runs] == [again["id"]]
+
+    drift = replan_request(trigger=Plan.Trigger.DRIFT, enqueue=False, reason=DRIFT_REASON)
+    served = client.get(f"/api/plans/runs/{drift.pk}/").json()
+    assert served["trigger"] == "drift" and served["reason"] == DRIFT_REASON
+    listed = client.get("/api/plans/runs/?trigger=drift").json()["results"]
+    assert [(r["id"], r["reason"]) for r in listed] == [(drift.pk, DRIFT_REASON)]
+    # Read-only: a reason sent with a re-plan request is refused, not stored.
+    refused = client.post("/api/plans/replan/", {"reason": "mine"}, format="json")
+    assert refused.status_code == 400
 
 
 def test_approve_activates_and_supersedes(plans: tuple[Plan, Plan], api_client_for: Any) -> None:
