@@ -2,7 +2,7 @@
 
 Times ``samples_store`` as a pull uses it, in its own transaction including the commit: on
 PostgreSQL a binary COPY into a temporary table and ``INSERT … ON CONFLICT DO NOTHING``, on
-SQLite ``bulk_create(ignore_conflicts=True)``. Each run stores one batch of new samples
+SQLite one ``INSERT OR IGNORE`` statement run for every row. Each run stores one batch of new samples
 (``--series`` series × ``--buckets`` buckets, the buckets after those of the run before, so the
 table grows as it would), then the same batch again, which stores nothing (a re-pulled
 window). The series are created first (``series_ids``) and timed separately. Rows the
