@@ -17,6 +17,8 @@ served in one region. Three uses of that, each measured (docs/placement.md):
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from planner.placement.linear import BackendName, make_backend
 from planner.placement.model import Part, PlacementModel, Plan, SplitFailed, plan_violations
 from planner.placement.start import constructive_plan
+
+# A block the relaxation gives more replicas than this is open in the restricted MIP.
+OPEN_IN_RELAXATION = 1e-6
 
 
 def _sub_model(
@@ -154,6 +159,88 @@ def home_plan(
         merged.replicas.update(plan.replicas)
         merged.share.update(plan.share)
     return None if plan_violations(instance, merged) else merged
+
+
+def relaxation(
+    model: PlacementModel,
+    objective: Mapping[int, float],
+    *,
+    time_limit_s: float,
+    workers: int,
+    seed: int,
+    backend: BackendName,
+    rows: Sequence[tuple[list[tuple[int, float]], float]] = (),
+) -> tuple[float | None, tuple[float, ...] | None]:
+    """The part's linear relaxation with everyone served (every count continuous, plus
+    ``rows``: the captive rows ``Σ terms ≥ lo``): (its optimum, a lower bound on the part's
+    cost, or None if not proven; its values, or None)."""
+    lm = model.lm
+    relaxed = make_backend(
+        dataclasses.replace(lm, var_integer=[False] * lm.num_vars),
+        backend,
+        workers=workers,
+        seed=seed,
+    )
+    for v in model.v.values():
+        relaxed.set_upper_bound(v, 0.0)
+    for terms, lo in rows:
+        relaxed.add_row(terms, lo, math.inf)
+    lp = relaxed.solve(objective, maximize=False, time_limit_s=time_limit_s, hint=None)
+    if lp.values is None:
+        return None, None
+    return (lp.objective if lp.proven_optimal else None), lp.values[: lm.num_vars]
+
+
+def relaxed_plan(
+    model: PlacementModel,
+    plan: Plan,
+    objective: Mapping[int, float],
+    relaxed: Sequence[float],
+    *,
+    deadline: float,
+    workers: int,
+    seed: int,
+    backend: BackendName,
+) -> Plan | None:
+    """A plan from the part's linear relaxation (``relaxed``, values of ``relaxation``): the
+    MIP on the blocks it opens, and those ``plan`` uses (so ``plan`` stays a feasible hint).
+
+    The relaxation pools flexible demand where it is cheapest; the restricted MIP has a
+    fraction of the integer variables and often finds, in seconds, a whole plan near the
+    relaxation's cost that the full MIP finds late or not at all. None when it finds
+    nothing cheaper than ``plan``.
+    """
+    restricted = make_backend(model.lm, backend, workers=workers, seed=seed)
+    for v in model.v.values():
+        restricted.set_upper_bound(v, 0.0)
+    for b in model.blocks.values():
+        opened = sum(relaxed[v] for v, _ in b.count_terms()) > OPEN_IN_RELAXATION
+        if opened or any(plan.replicas.get((z, b.shape.name), 0) > 0 for z in b.n_ub):
+            continue
+        for v, _ in b.count_terms():
+            restricted.set_upper_bound(v, 0.0)
+        for v in b.n.values():
+            restricted.set_upper_bound(v, 0.0)
+        for ri in b.routes:
+            if ri in model.f:
+                restricted.set_upper_bound(model.f[ri], 0.0)
+    outcome = restricted.solve(
+        objective,
+        maximize=False,
+        time_limit_s=deadline - time.perf_counter(),
+        hint=model.values_from_plan(plan),
+    )
+    if outcome.values is None:
+        return None
+    try:
+        candidate = model.plan_from_values(outcome.values)
+    except SplitFailed:
+        return None
+    if plan_violations(model.instance, candidate):
+        return None
+    if model.objective_value(objective, candidate) >= model.objective_value(objective, plan):
+        return None
+    return candidate
 
 
 def neighbourhoods(model: PlacementModel, size: int = 6) -> list[frozenset[str]]:

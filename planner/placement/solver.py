@@ -29,7 +29,14 @@ from typing import Any, Final
 
 from planner.errors import PlannerInputError
 from planner.placement.binding import binding_sentences
-from planner.placement.decompose import bound_rows, captive_bounds, home_plan, search
+from planner.placement.decompose import (
+    bound_rows,
+    captive_bounds,
+    home_plan,
+    relaxation,
+    relaxed_plan,
+    search,
+)
 from planner.placement.linear import Backend, BackendName, Outcome, make_backend
 from planner.placement.model import (
     ROW_TOLERANCE,
@@ -71,6 +78,9 @@ CAPTIVE_SHARE: Final = 0.1
 LARGE_PART_ROUTES: Final = 4000
 HOME_SHARE: Final = 0.1
 LARGE_COST_SHARE: Final = 0.6
+# Share of the time left that a large part's start from its relaxation may take.
+RELAXED_SHARE: Final = 0.4
+RELAXATION_SHARE: Final = 0.2
 SEARCH_SHARE: Final = 0.9
 SEARCH_STEP_S: Final = 5.0
 # The least time a tie-break stage (change, spill) may take, whatever the cost stage took.
@@ -119,6 +129,11 @@ class _Stages:
         self.levels: dict[int, float] = {}
         # While polishing: a model with the replicas fixed, where the stages are LPs.
         self._polished: Backend | None = None
+        # The captive rows added for the cost stage, and the relaxation's optimum with them
+        # (a cost bound; large parts only).
+        self._captive_rows: list[tuple[list[tuple[int, float]], float]] = []
+        self._relaxed_bound: float | None = None
+        self._relaxed: tuple[float, ...] | None = None
 
     # --- helpers ------------------------------------------------------------------------
     def _demands_at(self, priority: int) -> list[int]:
@@ -207,15 +222,18 @@ class _Stages:
         large = all_served and len(m.route_ids) > LARGE_PART_ROUTES
         if large:
             self._home_start(cost)
+            self._relax(cost)
         outcome = self._run(
             "cost", cost, maximize=False, share=LARGE_COST_SHARE if large else COST_SHARE
         )
         best = self._accept(outcome, cost, maximize=False)
         if large and not self.progress.proven:
+            self._relaxed_start(cost)
             best = self._search(cost)
         self.progress.cost = best
-        # The proven lower bound on cost; the captive bounds where no solve proved more.
-        bound = min(best, captive)
+        # The proven lower bound on cost: the captive bounds, or the relaxation's optimum,
+        # where no solve proved more.
+        bound = min(best, max(captive, self._relaxed_bound or 0.0))
         if outcome is not None and outcome.bound is not None:
             bound = min(best, max(bound, outcome.bound))
             if outcome.proven_optimal and outcome.objective is not None:
@@ -259,7 +277,8 @@ class _Stages:
             seed=self._seed,
             backend=self._backend_name,
         )
-        for terms, lo in bound_rows(m, bounds):
+        self._captive_rows = bound_rows(m, bounds)
+        for terms, lo in self._captive_rows:
             self.backend.add_row(terms, lo, math.inf)
         self.progress.stage_seconds["captive"] = time.perf_counter() - t0
         return sum(b for _, b in bounds)
@@ -278,6 +297,39 @@ class _Stages:
         if home is not None and m.objective_value(cost, home) < m.objective_value(cost, self.plan):
             self.plan = home
         self.progress.stage_seconds["home"] = time.perf_counter() - t0
+
+    def _relax(self, cost: Mapping[int, float]) -> None:
+        """A large part's linear relaxation: a cost bound, and where to look later."""
+        t0 = time.perf_counter()
+        self._relaxed_bound, self._relaxed = relaxation(
+            self.model,
+            cost,
+            time_limit_s=self._time_left() * RELAXATION_SHARE,
+            workers=self._workers,
+            seed=self._seed,
+            backend=self._backend_name,
+        )
+        self.progress.stage_seconds["relaxation"] = time.perf_counter() - t0
+
+    def _relaxed_start(self, cost: Mapping[int, float]) -> None:
+        """After an unfinished full solve: the MIP on the blocks the relaxation opens
+        (``decompose.relaxed_plan``), when cheaper."""
+        if self._relaxed is None:
+            return
+        t0 = time.perf_counter()
+        relaxed = relaxed_plan(
+            self.model,
+            self.plan,
+            cost,
+            self._relaxed,
+            deadline=t0 + self._time_left() * RELAXED_SHARE,
+            workers=self._workers,
+            seed=self._seed,
+            backend=self._backend_name,
+        )
+        if relaxed is not None and self._keeps_earlier(relaxed):
+            self.plan = relaxed
+        self.progress.stage_seconds["relaxed"] = time.perf_counter() - t0
 
     def _search(self, cost: Mapping[int, float]) -> float:
         """After an unfinished full solve of a large part: the neighbourhood search."""

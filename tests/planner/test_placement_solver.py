@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import planner.placement.solver as solver_module
 from planner.errors import PlannerInputError
 from planner.placement import parse_problem, solve
-from planner.placement.decompose import home_plan, search
+from planner.placement.decompose import home_plan, relaxation, relaxed_plan, search
 from planner.placement.explain import explain
 from planner.placement.generator import generate_problem
 from planner.placement.model import Instance, PlacementModel, plan_violations, sites
@@ -607,6 +607,48 @@ def test_home_plan_and_search_keep_plans_exact_and_never_worse() -> None:
             )
         searched += model.objective_value(cost, better) < model.objective_value(cost, plan)
     assert searched  # the greedy start leaves something to find
+
+
+def test_relaxation_bounds_the_cost_and_its_blocks_give_a_cheaper_exact_plan() -> None:
+    problem = generate_problem(tenants=40, regions=12, zones_per_region=3, gpu_types=2, seed=7)
+    instance = Instance.build(parse_problem(problem))
+    places = sites(instance)
+    start = start_plan(instance, places)
+    improved = 0
+    total_bound = 0.0
+    for part in instance.parts():
+        model = PlacementModel(instance, part, places=places)
+        plan = _restrict(instance, start, part)
+        cost = model.cost_objective()
+        bound, values = relaxation(model, cost, time_limit_s=10, workers=1, seed=0, backend="highs")
+        assert bound is not None and values is not None
+        total_bound += bound
+        better = relaxed_plan(
+            model,
+            plan,
+            cost,
+            values,
+            deadline=time.perf_counter() + 10,
+            workers=1,
+            seed=0,
+            backend="highs",
+        )
+        if better is None:
+            continue
+        assert plan_violations(instance, better) == []
+        assert (
+            bound - 1e-6 <= model.objective_value(cost, better) < model.objective_value(cost, plan)
+        )
+        for di in part.demands:  # everyone still served in full
+            assert sum(better.share.get(ri, 0.0) for ri in instance.routes_of[di]) == (
+                pytest.approx(1.0)
+            )
+        improved += 1
+    assert improved  # the greedy start leaves something to find
+    # The relaxations bound the optimum (this instance solves to proven optimality).
+    solution = solved(problem, time_limit_s=60)
+    assert solution["status"] == "optimal" and solution["unserved"] == []
+    assert total_bound <= solution["cost_per_hour"] * (1 + 1e-9)
 
 
 def test_large_part_path_returns_a_verified_plan(monkeypatch: pytest.MonkeyPatch) -> None:
