@@ -25,6 +25,7 @@ success, 1 when a pull, the re-plan or emission fails, 2 for bad options or sett
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Iterator
@@ -169,6 +170,30 @@ class Command(BaseCommand):
     # -- the job ------------------------------------------------------------------------------
 
     def handle(self, *args: Any, **options: Any) -> None:
+        with self._quiet_logs(int(options["verbosity"])):
+            self._handle(**options)
+
+    @staticmethod
+    @contextmanager
+    def _quiet_logs(verbosity: int) -> Iterator[None]:
+        """Below verbosity 2, leave out the log lines the printed report already says: the
+        drift alerts' warnings, Celery's per-task lines for the in-process tasks and the
+        broker library's note that eager mode has no broker host."""
+        if verbosity >= 2:
+            yield
+            return
+        names = ("controlplane.telemetry.services", "celery.app.trace", "kombu.connection")
+        loggers = [logging.getLogger(name) for name in names]
+        levels = [logger.level for logger in loggers]
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.setLevel(level)
+
+    def _handle(self, **options: Any) -> None:
         began = time.monotonic()
         self.verbosity = int(options["verbosity"])
         conf, wait_s = self._options(options)
