@@ -134,6 +134,7 @@ SPECTACULAR_SETTINGS = {
         "OutboxEntryStatusEnum": "controlplane.emission.models.OutboxEntry.Status",
         "PlanTriggerEnum": "controlplane.plans.models.Plan.Trigger",
         "BenchmarkRunTriggerEnum": "controlplane.benchmarks.models.BenchmarkRun.Trigger",
+        "BenchmarkRunKindEnum": "controlplane.benchmarks.models.BenchmarkRun.Kind",
     },
 }
 

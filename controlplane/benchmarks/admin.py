@@ -1,6 +1,8 @@
-"""Admin for benchmarks: the runs (read-only: the benchmark writes them) and the freshness of
-each shape's capacity figures, from which users who may add runs (policy-admin) queue an
-engine benchmark of the selected shapes, through the same service the API and the schedule use.
+"""Admin for benchmarks: the runs (read-only: the benchmark writes them), the benchmark
+endpoints (the replica each shape's load test measures; policy-admin edits them, under the same
+revision check as tiers and tenants), and the freshness of each shape's capacity figures, from
+which users who may add runs (policy-admin) queue an engine benchmark or an endpoint load test
+of the selected shapes, through the same service the API and the schedule use.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -15,7 +18,9 @@ from django.utils.html import format_html
 from simple_history.admin import SimpleHistoryAdmin
 
 from controlplane.benchmarks import selectors, services
-from controlplane.benchmarks.models import BenchmarkRun, ShapeFreshness
+from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun, ShapeFreshness
+from controlplane.policies.admin import RevisionedAdmin
+from controlplane.policies.forms import RevisionCheckedForm
 
 
 def _pretty(value: Any) -> str:
@@ -100,6 +105,49 @@ class BenchmarkRunAdmin(SimpleHistoryAdmin):  # type: ignore[type-arg]
         return _pretty(obj.results)
 
 
+class BenchmarkEndpointForm(RevisionCheckedForm):
+    # In-cluster replicas usually speak plain HTTP: a host typed without a scheme gets http://.
+    base_url = forms.URLField(
+        max_length=500,
+        assume_scheme="http",
+        help_text=BenchmarkEndpoint._meta.get_field("base_url").help_text,
+    )
+
+    class Meta:
+        model = BenchmarkEndpoint
+        fields = [
+            "shape",
+            "enabled",
+            "base_url",
+            "served_model_name",
+            "api",
+            "api_key_env",
+            "timeout_s",
+            "max_concurrency",
+            "ignore_eos",
+            "requests_per_point",
+        ]
+
+
+@admin.register(BenchmarkEndpoint)
+class BenchmarkEndpointAdmin(RevisionedAdmin):
+    form = BenchmarkEndpointForm
+    list_display = [
+        "shape",
+        "base_url",
+        "served_model_name",
+        "api",
+        "max_concurrency",
+        "requests_per_point",
+        "enabled",
+        "revision",
+    ]
+    list_filter = ["enabled", "api"]
+    search_fields = ["shape__name", "base_url", "served_model_name"]
+    list_select_related = ["shape"]
+    ordering = ["shape__name"]
+
+
 @admin.register(ShapeFreshness)
 class ShapeFreshnessAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = [
@@ -116,7 +164,7 @@ class ShapeFreshnessAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     ]
     list_select_related = ["model", "accelerator"]
     search_fields = ["name", "model__name"]
-    actions = ["queue_engine_benchmark"]
+    actions = ["queue_engine_benchmark", "queue_endpoint_load_test"]
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -171,10 +219,25 @@ class ShapeFreshnessAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def queue_engine_benchmark(
         self, request: HttpRequest, queryset: QuerySet[ShapeFreshness]
     ) -> None:
-        queued, kept = [], []
+        self._queue(request, queryset, BenchmarkRun.Kind.ENGINE)
+
+    @admin.action(
+        description="Queue an endpoint load test of the selected shapes", permissions=["queue"]
+    )
+    def queue_endpoint_load_test(
+        self, request: HttpRequest, queryset: QuerySet[ShapeFreshness]
+    ) -> None:
+        self._queue(request, queryset, BenchmarkRun.Kind.ENDPOINT)
+
+    def _queue(self, request: HttpRequest, queryset: QuerySet[ShapeFreshness], kind: str) -> None:
+        queued, kept, without = [], [], []
+        with_endpoint = selectors.enabled_endpoint_shape_ids()
         for shape in queryset.select_related("model", "accelerator"):
+            if kind == BenchmarkRun.Kind.ENDPOINT and shape.pk not in with_endpoint:
+                without.append(shape.name)
+                continue
             run, created = services.benchmark_run_request(
-                shape=shape, reason="requested in the admin", user=request.user
+                shape=shape, kind=kind, reason="requested in the admin", user=request.user
             )
             (queued if created else kept).append(f"{shape.name} (#{run.pk})")
         if queued:
@@ -182,4 +245,11 @@ class ShapeFreshnessAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if kept:
             self.message_user(
                 request, f"Already queued or running: {', '.join(kept)}.", messages.WARNING
+            )
+        if without:
+            self.message_user(
+                request,
+                f"No enabled benchmark endpoint, nothing queued: {', '.join(without)}. "
+                "Register one under Benchmark endpoints.",
+                messages.WARNING,
             )

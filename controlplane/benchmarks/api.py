@@ -1,12 +1,16 @@
 """Benchmarks over the API, under ``/api/benchmarks/``.
 
 - ``runs/``: benchmark runs, newest first (filter on ``status``, ``kind``, ``trigger``,
-  ``shape``); ``POST`` queues an engine benchmark of a shape (policy-admin): 202 with the new
-  run, or 200 with the run already queued or running for that shape (requests are idempotent).
+  ``shape``); ``POST`` queues an engine benchmark or (``"kind": "endpoint"``) an endpoint load
+  test of a shape (policy-admin): 202 with the new run, or 200 with the run already queued or
+  running for that shape and kind (requests are idempotent).
+- ``endpoints/``: the replica each shape's endpoint load test measures, one per shape, with
+  the record endpoints' contract (CRUD, ``history/``, ETag and If-Match; filter on ``shape``,
+  ``enabled``, ``api``).
 - ``freshness/``: per shape, its freshest capacity figure, its age, and why it would be
   measured again (empty: fresh), with its active and last run.
 
-Reads need any role; queueing needs ``policy-admin``.
+Reads need any role; queueing and endpoint writes need ``policy-admin``.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from rest_framework.serializers import BaseSerializer
 from controlplane.api.filters import RecordPagination, StableOrderingFilter
 from controlplane.api.parsers import StrictJSONParser
 from controlplane.api.permissions import POLICY_ADMIN, ROLES, RolePermission
+from controlplane.api.viewsets import RevisionedRecordViewSet
 from controlplane.benchmarks import selectors, services
-from controlplane.benchmarks.models import BenchmarkRun
+from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun
 from controlplane.benchmarks.serializers import (
+    BenchmarkEndpointSerializer,
     BenchmarkRequestSerializer,
     BenchmarkRunSerializer,
     FreshnessSerializer,
@@ -69,10 +75,12 @@ class BenchmarkRunViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
         return BenchmarkRunSerializer
 
     @extend_schema(
-        summary="Queue an engine benchmark of a shape",
+        summary="Queue a benchmark of a shape",
         description=(
-            "policy-admin. Answers 202 with the new run, or 200 with the run already queued "
-            "or running for the shape. Without a broker the run has finished when this answers."
+            "policy-admin. `kind` `engine` (default) or `endpoint` (the load test of the "
+            "shape's enabled benchmark endpoint; 400 without one). Answers 202 with the new "
+            "run, or 200 with the run already queued or running for the shape and kind. "
+            "Without a broker the run has finished when this answers."
         ),
         request=BenchmarkRequestSerializer,
         responses={200: BenchmarkRunSerializer, 202: BenchmarkRunSerializer},
@@ -92,6 +100,24 @@ class BenchmarkRunViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
             status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK,
             headers={"Location": reverse("benchmark-run-detail", kwargs={"pk": run.pk})},
         )
+
+
+class BenchmarkEndpointFilter(django_filters.FilterSet):  # type: ignore[misc]
+    shape = django_filters.CharFilter(field_name="shape__name")
+
+    class Meta:
+        model = BenchmarkEndpoint
+        fields = ("shape", "enabled", "api")
+
+
+class BenchmarkEndpointViewSet(RevisionedRecordViewSet):
+    """Benchmark endpoints: the replica of each shape its endpoint load test measures."""
+
+    queryset = BenchmarkEndpoint.objects.select_related("shape")
+    serializer_class = BenchmarkEndpointSerializer
+    filterset_class = BenchmarkEndpointFilter
+    search_fields = ("shape__name", "base_url", "served_model_name")
+    ordering_fields = ("id", "shape__name", "enabled")
 
 
 class FreshnessViewSet(viewsets.GenericViewSet[Any]):

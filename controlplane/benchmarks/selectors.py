@@ -25,7 +25,7 @@ from typing import Any
 from django.utils import timezone
 
 from controlplane.benchmarks.conf import benchmark_settings
-from controlplane.benchmarks.models import BenchmarkRun
+from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun
 from controlplane.fleet.models import CapacityFigure, LlmModel, ReplicaShape
 from controlplane.policies.models import WorkloadProfile
 
@@ -280,6 +280,16 @@ def shapes_freshness(shapes: Iterable[ReplicaShape] | None = None) -> list[Fresh
             )
         )
     return out
+
+
+def enabled_endpoint(shape: ReplicaShape) -> BenchmarkEndpoint | None:
+    """The shape's benchmark endpoint when it has one and it is enabled."""
+    return BenchmarkEndpoint.objects.filter(shape=shape, enabled=True).first()
+
+
+def enabled_endpoint_shape_ids() -> set[int]:
+    """Ids of the shapes that have an enabled benchmark endpoint."""
+    return set(BenchmarkEndpoint.objects.filter(enabled=True).values_list("shape_id", flat=True))
 
 
 def last_finished_run(shape: ReplicaShape, kind: str) -> BenchmarkRun | None:

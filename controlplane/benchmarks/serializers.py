@@ -1,4 +1,5 @@
-"""The API's representation of benchmark runs and capacity figure freshness."""
+"""The API's representation of benchmark runs, benchmark endpoints and capacity figure
+freshness."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from typing import Any
 
 from rest_framework import serializers
 
-from controlplane.benchmarks.models import BenchmarkRun
+from controlplane.api.serializers import REVISION_FIELDS, RevisionedSerializer
+from controlplane.benchmarks import selectors
+from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun
 from controlplane.benchmarks.selectors import Freshness
 from controlplane.fleet.models import ReplicaShape
 
@@ -45,13 +48,30 @@ class BenchmarkRunSerializer(serializers.ModelSerializer[BenchmarkRun]):
 
 
 class BenchmarkRequestSerializer(serializers.Serializer[Any]):
-    """The body of ``POST /api/benchmarks/runs/``: the shape to measure, by name."""
+    """The body of ``POST /api/benchmarks/runs/``: the shape to measure, by name, and the
+    kind of run (an endpoint load test needs the shape's enabled benchmark endpoint)."""
 
     shape = serializers.SlugRelatedField(slug_field="name", queryset=ReplicaShape.objects.all())
     kind = serializers.ChoiceField(
-        choices=[BenchmarkRun.Kind.ENGINE], default=BenchmarkRun.Kind.ENGINE
+        choices=BenchmarkRun.Kind.choices, default=BenchmarkRun.Kind.ENGINE
     )
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        shape = attrs["shape"]
+        if (
+            attrs["kind"] == BenchmarkRun.Kind.ENDPOINT
+            and selectors.enabled_endpoint(shape) is None
+        ):
+            raise serializers.ValidationError(
+                {
+                    "kind": [
+                        f"Shape {shape.name} has no enabled benchmark endpoint to load-test: "
+                        "register one at /api/benchmarks/endpoints/ first."
+                    ]
+                }
+            )
+        return attrs
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
@@ -77,3 +97,27 @@ class FreshnessSerializer(serializers.Serializer[Freshness]):
     active_run = serializers.IntegerField(source="active_run.pk", allow_null=True, default=None)
     last_run = serializers.IntegerField(source="last_run.pk", allow_null=True, default=None)
     last_run_status = serializers.CharField(source="last_run.status", allow_null=True, default=None)
+
+
+class BenchmarkEndpointSerializer(RevisionedSerializer):
+    """A shape's benchmark endpoint; the shape by name. Writes run the model's rules
+    (``full_clean``); ``max_concurrency`` left out is taken from the shape's freshest figure."""
+
+    shape = serializers.SlugRelatedField(slug_field="name", queryset=ReplicaShape.objects.all())
+
+    class Meta:
+        model = BenchmarkEndpoint
+        fields = (
+            "id",
+            "shape",
+            "base_url",
+            "served_model_name",
+            "api",
+            "api_key_env",
+            "timeout_s",
+            "max_concurrency",
+            "ignore_eos",
+            "requests_per_point",
+            "enabled",
+            *REVISION_FIELDS,
+        )

@@ -1,5 +1,6 @@
 """Benchmark operations: request a run, start it, record its results as capacity figures or
-fail it, run the engine benchmark on Ray, and schedule runs for shapes whose figures are stale.
+fail it, run the engine benchmark on Ray or the endpoint load test against the shape's
+``BenchmarkEndpoint``, and schedule runs for shapes whose figures are stale.
 
 The life of a run (``BenchmarkRun``)::
 
@@ -8,23 +9,29 @@ The life of a run (``BenchmarkRun``)::
     benchmark_results_record → succeeded, with the CapacityFigures it measured
     benchmark_run_fail     →  failed, with the error; no figure is stored, the previous stay
 
-The engine benchmark (``benchmark_run_execute``) goes through all of these itself; the endpoint
-load test calls ``benchmark_run_request`` / ``benchmark_run_start`` / ``benchmark_results_record``
-(or ``benchmark_run_fail``) from its own task.
+Each kind of run has its Celery task, sent when the request commits: an engine run
+``headroom.benchmarks.engine`` (``benchmark_run_execute``), an endpoint run
+``headroom.benchmarks.endpoint`` (``endpoint_run_execute``, which builds the load test's plan
+from the shape's enabled ``BenchmarkEndpoint`` and hands it to
+``workers.benchmarks.loadtest.endpoint_load_test_execute``). Both go through the states above.
 
-Scheduling (``benchmarks_schedule``, run by Celery beat) requests one engine run per shape
-whose figures need measuring again (``selectors.refresh_reasons``): never a second one while a
-run of the shape is queued or running, not again soon after a failure, and not for a model whose
-architecture is incomplete (the engine benchmark builds the model from it).
+Scheduling (``benchmarks_schedule``, run by Celery beat) requests one run per shape whose
+figures need measuring again (``selectors.refresh_reasons``): an endpoint load test when the
+shape has an enabled endpoint (it measures the served replica, knee included), else an engine
+benchmark. Never a second one of that kind while one is queued or running, not again soon after
+one failed, and no engine run for a model whose architecture is incomplete (the engine benchmark
+builds the model from it).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ValidationError
@@ -34,8 +41,12 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from controlplane.benchmarks import selectors
 from controlplane.benchmarks.conf import BenchmarkSettings, benchmark_settings
-from controlplane.benchmarks.models import BenchmarkRun
+from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun
 from controlplane.fleet.models import GB, CapacityFigure, ReplicaShape, WorkloadClass
+
+if TYPE_CHECKING:  # the load test's modules need the bench extra (Ray, aiohttp)
+    from workers.benchmarks.loadgen import LoadGeneratorPool
+    from workers.benchmarks.loadtest import LoadTestPlan
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +55,7 @@ Actor = AbstractBaseUser | AnonymousUser
 EngineRunner = Callable[[Mapping[str, Any], BenchmarkSettings], Mapping[str, Any]]
 
 ENGINE_TASK = "headroom.benchmarks.engine"
+ENDPOINT_TASK = "headroom.benchmarks.endpoint"
 SCHEDULE_TASK = "headroom.benchmarks.schedule"
 SCHEDULE_NAME = "benchmarks: measure shapes with stale capacity figures"
 
@@ -92,9 +104,11 @@ def benchmark_run_request(
 
     Returns ``(run, created)``: when the shape already has a queued or running run of this
     kind, that run and False (the database's partial unique constraint settles two requests
-    racing). ``device`` defaults to ``HEADROOM_BENCHMARK_DEVICE``. With ``enqueue`` an engine
-    run's Celery task is sent when the transaction commits (without a broker it then runs
-    in-process); endpoint runs are executed by the load test's own task.
+    racing). ``device`` defaults to ``HEADROOM_BENCHMARK_DEVICE`` (endpoint runs ignore it).
+    With ``enqueue`` the run's Celery task (``headroom.benchmarks.engine`` or
+    ``headroom.benchmarks.endpoint``) is sent when the transaction commits; without a broker it
+    then runs in-process. An endpoint run is queued whether or not the shape has an enabled
+    endpoint: without one it fails when its task runs, saying so.
     """
     existing = selectors.active_run(shape, kind)
     if existing is not None:
@@ -117,9 +131,12 @@ def benchmark_run_request(
         if existing is None:
             raise
         return existing, False
-    if enqueue and kind == BenchmarkRun.Kind.ENGINE:
+    if enqueue:
         run_id = run.pk
-        transaction.on_commit(lambda: _enqueue_engine(run_id))
+        if kind == BenchmarkRun.Kind.ENDPOINT:
+            transaction.on_commit(lambda: _enqueue_endpoint(run_id))
+        else:
+            transaction.on_commit(lambda: _enqueue_engine(run_id))
     return run, True
 
 
@@ -128,6 +145,12 @@ def _enqueue_engine(run_id: int) -> None:
     from workers.tasks.benchmarks import engine
 
     engine.delay(run_id)
+
+
+def _enqueue_endpoint(run_id: int) -> None:
+    from workers.tasks.benchmarks import endpoint
+
+    endpoint.delay(run_id)
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -384,6 +407,93 @@ def benchmark_run_execute(
     return BenchmarkRun.objects.get(pk=run_id)
 
 
+def endpoint_load_test_plan(
+    endpoint: BenchmarkEndpoint, *, environ: Mapping[str, str] | None = None
+) -> LoadTestPlan:
+    """The load test's plan for ``endpoint``: where to send (URL, served model, API, timeout,
+    ``ignore_eos``, the bearer key read from ``environ``, default ``os.environ``, under the
+    endpoint's ``api_key_env``), the replica's ``max_concurrency`` and the requests per rate.
+    The target, the first rate and the rest are the load test's defaults (the tiers' strictest
+    p95 TTFT, the shape's freshest figure). Raises ``ValueError`` when the key's variable is
+    not set or the endpoint has no ``max_concurrency``, and ``ImportError`` without the bench
+    extra.
+    """
+    from workers.benchmarks.loadgen import Endpoint
+    from workers.benchmarks.loadtest import LoadTestPlan
+
+    env = os.environ if environ is None else environ
+    key: str | None = None
+    if endpoint.api_key_env:
+        key = env.get(endpoint.api_key_env)
+        if not key:
+            raise ValueError(
+                f"the environment variable {endpoint.api_key_env} (the bearer key of "
+                f"{endpoint.base_url}) is not set on the worker"
+            )
+    if endpoint.max_concurrency is None:
+        raise ValueError(
+            f"the benchmark endpoint of shape {endpoint.shape.name} has no max_concurrency"
+        )
+    return LoadTestPlan(
+        endpoint=Endpoint(
+            endpoint.base_url,
+            endpoint.served_model_name,
+            api="chat" if endpoint.api == BenchmarkEndpoint.Api.CHAT else "completions",
+            api_key=key,
+            timeout_s=endpoint.timeout_s,
+            ignore_eos=endpoint.ignore_eos,
+        ),
+        max_concurrency=endpoint.max_concurrency,
+        requests_per_point=endpoint.requests_per_point,
+    )
+
+
+def endpoint_run_execute(
+    *, run_id: int, task_id: str = "", pool: LoadGeneratorPool | None = None
+) -> BenchmarkRun | None:
+    """Run the queued endpoint load test ``run_id`` against its shape's enabled
+    ``BenchmarkEndpoint`` and record its figure; returns the run as it ended (None: no such
+    run).
+
+    Never raises for a failed test: a shape without an enabled endpoint, a bearer key missing
+    from the worker's environment, a worker without the bench extra, and whatever
+    ``endpoint_load_test_execute`` reports (an unreachable endpoint, a model without workload
+    profiles, Ray failing) mark the run failed with the reason, and the shape's previous
+    figures stay. A run that is not queued (a second delivery of the task) is returned as it
+    is. ``pool``: load generators to use (default: new ones on the Ray the settings name).
+    """
+    found = BenchmarkRun.objects.select_related("shape").filter(pk=run_id).first()
+    if found is None:
+        return None
+    if found.kind != BenchmarkRun.Kind.ENDPOINT:
+        raise RunStateError(f"benchmark run {run_id} is an {found.kind} run, not an endpoint run")
+    if found.status != BenchmarkRun.Status.QUEUED:
+        return found
+    endpoint = selectors.enabled_endpoint(found.shape)
+    if endpoint is None:
+        return benchmark_run_fail(
+            run=found,
+            error=(
+                f"shape {found.shape.name} has no enabled benchmark endpoint: register a "
+                "replica of it (admin: Benchmark endpoints, or POST /api/benchmarks/endpoints/)"
+            ),
+        )
+    try:
+        from workers.benchmarks.loadtest import endpoint_load_test_execute
+
+        if pool is None:  # the load generators run on Ray
+            importlib.import_module("workers.benchmarks.ray_runner")
+        plan = endpoint_load_test_plan(endpoint)
+    except ImportError as exc:
+        return benchmark_run_fail(
+            run=found,
+            error=f"the endpoint load test needs the bench extra (Ray, aiohttp) on the worker: {exc}",
+        )
+    except ValueError as exc:
+        return benchmark_run_fail(run=found, error=str(exc))
+    return endpoint_load_test_execute(run_id=run_id, plan=plan, task_id=task_id, pool=pool)
+
+
 # -- scheduling -------------------------------------------------------------------------------
 
 
@@ -407,13 +517,15 @@ class ScheduleReport:
 
 
 def benchmarks_schedule(*, now: datetime | None = None, enqueue: bool = True) -> ScheduleReport:
-    """Request an engine benchmark for each shape whose figures need measuring again.
+    """Request a benchmark for each shape whose figures need measuring again.
 
     First fails runs queued or running for over twice ``HEADROOM_BENCHMARK_TIMEOUT_S`` (their
     worker or message was lost; they would otherwise block their shape for ever). Then, per
-    shape with refresh reasons: skipped when a run is already queued or running (idempotent),
-    when its last run failed less than ``HEADROOM_BENCHMARK_RETRY_AFTER_S`` ago, or when its
-    model's architecture is incomplete; else one run is queued with the reasons.
+    shape with refresh reasons, the kind of run: an endpoint load test when the shape has an
+    enabled ``BenchmarkEndpoint``, else an engine benchmark. The shape is skipped when a run of
+    that kind is already queued or running (idempotent), when its last run of that kind failed
+    less than ``HEADROOM_BENCHMARK_RETRY_AFTER_S`` ago, or, for an engine run, when its model's
+    architecture is incomplete; else one run is queued with the reasons.
     """
     conf = benchmark_settings()
     now = now or timezone.now()
@@ -427,17 +539,18 @@ def benchmarks_schedule(*, now: datetime | None = None, enqueue: bool = True) ->
             ),
         )
         report.expired.append(run.pk)
-    kind = BenchmarkRun.Kind.ENGINE
+    with_endpoint = selectors.enabled_endpoint_shape_ids()
     for freshness in selectors.shapes_freshness():
         shape = freshness.shape
         if freshness.is_fresh:
             report.fresh += 1
             continue
-        row = {"shape": shape.name, "reasons": list(freshness.reasons)}
+        kind = BenchmarkRun.Kind.ENDPOINT if shape.pk in with_endpoint else BenchmarkRun.Kind.ENGINE
+        row = {"shape": shape.name, "kind": str(kind), "reasons": list(freshness.reasons)}
         if selectors.active_run(shape, kind) is not None:
             report.skipped.append({**row, "why": "a run is already queued or running"})
             continue
-        if not shape.model.has_architecture:
+        if kind == BenchmarkRun.Kind.ENGINE and not shape.model.has_architecture:
             report.skipped.append({**row, "why": f"model {shape.model.name} lacks dimensions"})
             continue
         last = selectors.last_finished_run(shape, kind)
@@ -474,7 +587,10 @@ def benchmark_schedule_install(*, reset: bool = False) -> list[str]:
         interval, _ = IntervalSchedule.objects.get_or_create(
             every=every_s, period=IntervalSchedule.SECONDS
         )
-        description = "Queue an engine benchmark for each shape whose capacity figure is stale."
+        description = (
+            "Queue a benchmark for each shape whose capacity figure is stale: an endpoint load "
+            "test where the shape has an enabled endpoint, else an engine benchmark."
+        )
         existing = PeriodicTask.objects.filter(name=SCHEDULE_NAME).first()
         if existing is None:
             PeriodicTask.objects.create(

@@ -226,7 +226,7 @@ def test_a_stale_figure_triggers_a_scheduled_benchmark(fleet: BenchFleet) -> Non
     summary = benchmark_tasks.schedule()
     run = BenchmarkRun.objects.get()
     assert summary["queued"] == [
-        {"shape": fleet.shape.name, "reasons": [run.reason], "run": run.pk}
+        {"shape": fleet.shape.name, "kind": "engine", "reasons": [run.reason], "run": run.pk}
     ]
     assert run.trigger == BenchmarkRun.Trigger.SCHEDULE and run.status == "queued"
     assert run.reason.startswith("figure is 31.0 days old (max 30)")
