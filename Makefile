@@ -35,6 +35,7 @@ check:
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(PY) manage.py check
+	mkdir -p var  # the default SQLite database's folder: makemigrations reads its history
 	$(PY) manage.py makemigrations --check --dry-run
 
 pytest:
