@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.workers.live_services import redis_up
 from workers.celery import app, ping
 
 REPO = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("HEADROOM_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-
-
-def _redis_up() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 6379), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 def test_embedded_default_runs_tasks_in_process() -> None:
@@ -30,7 +22,7 @@ def test_embedded_default_runs_tasks_in_process() -> None:
 
 
 @pytest.mark.skipif(
-    not _redis_up() and os.environ.get("CI") != "true",
+    not redis_up() and os.environ.get("CI") != "true",
     reason="no Redis on 127.0.0.1:6379 (CI always starts one)",
 )
 def test_round_trip_through_real_redis_broker_and_worker_process() -> None:

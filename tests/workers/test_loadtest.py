@@ -29,6 +29,7 @@ from planner.capacity.simulation import Requests, latency_quantile, open_loop_ti
 from planner.capacity.slo import capacity_at_slo_of
 from planner.capacity.workload import request_cost
 from planner.errors import PlannerInputError
+from tests.workers.live_services import free_port
 from workers.benchmarks import loadtest
 from workers.benchmarks.loadgen import Endpoint, LoadGeneratorPool, RequestRecord, _send
 from workers.benchmarks.loadtest import (
@@ -549,13 +550,6 @@ def test_token_rates_recover_the_replicas_rates(rates: TokenRates) -> None:
 # -- recording ------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 def _started_run(classes: Any, report: KneeReport, endpoint: Endpoint) -> Any:
     from controlplane.benchmarks import services
     from controlplane.benchmarks.models import BenchmarkRun
@@ -610,7 +604,7 @@ def test_an_unreachable_endpoint_is_a_failed_run_that_stores_nothing(bench: Benc
     from controlplane.fleet.models import CapacityFigure
     from tests.controlplane.test_benchmarks_helpers import make_bench_fleet, make_figure
 
-    nowhere = Endpoint(f"http://127.0.0.1:{_free_port()}", "sim", timeout_s=5.0)
+    nowhere = Endpoint(f"http://127.0.0.1:{free_port()}", "sim", timeout_s=5.0)
     report = find_knee(
         bench.pool, nowhere, CLASSES, TARGET_TTFT_S, first_rate=100.0, n=50, closed_loop_users=4
     )

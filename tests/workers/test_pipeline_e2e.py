@@ -23,8 +23,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -40,12 +38,21 @@ from typing import Any, TypeVar
 
 import pytest
 
+from tests.workers.live_services import (
+    PROMETHEUS,
+    free_port,
+    redis_up,
+    start_fleetsim,
+    start_prometheus,
+    stop,
+    wait_for_scrapes,
+    wait_for_url,
+)
 from workers.webhook_receiver import Delivery, WebhookReceiver
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = REPO / "docs" / "scenarios" / "support-assistant.yaml"
 BROKER = "redis://127.0.0.1:6379/13"
-PROMETHEUS = shutil.which("prometheus")
 SECRET = "e2e-pipeline-webhook-secret-0123456789"
 BUCKET_S = 5
 # The simulator serves 100 times the scenario's fleet (enough requests per 5-second bucket for
@@ -57,70 +64,12 @@ REGIONS = {"eu-west", "us-east"}
 T = TypeVar("T")
 
 
-def _redis_up() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 6379), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(os.environ.get("HEADROOM_E2E") != "1", reason="set HEADROOM_E2E=1"),
-    pytest.mark.skipif(not _redis_up(), reason="no Redis at 127.0.0.1:6379"),
+    pytest.mark.skipif(not redis_up(), reason="no Redis at 127.0.0.1:6379"),
     pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus binary on PATH (CI installs it)"),
 ]
-
-
-# -- processes --------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_for_url(url: str, deadline_s: float, process: subprocess.Popen[bytes]) -> None:
-    stop = time.monotonic() + deadline_s
-    while time.monotonic() < stop:
-        if process.poll() is not None:
-            raise RuntimeError(f"the process serving {url} exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up within {deadline_s} s")
-
-
-def _wait_for_scrapes(prom_url: str, deadline_s: float) -> None:
-    """Until Prometheus holds two scrapes of the fleet ("ready" comes before the first)."""
-    query = urllib.parse.urlencode({"query": "count_over_time(vllm:request_success_total[1m])"})
-    end = time.time() + deadline_s
-    while time.time() < end:
-        try:
-            with urllib.request.urlopen(f"{prom_url}/api/v1/query?{query}", timeout=2) as response:
-                result = json.loads(response.read())["data"]["result"]
-            if result and min(float(r["value"][1]) for r in result) >= 2:
-                return
-        except (urllib.error.URLError, OSError, KeyError, ValueError):
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"Prometheus at {prom_url} did not scrape the fleet within {deadline_s} s")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=15)
 
 
 @dataclass
@@ -138,7 +87,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     import redis
 
     redis.Redis.from_url(BROKER).flushdb()
-    sim_port, prom_port = _free_port(), _free_port()
+    sim_port, prom_port = free_port(), free_port()
     sim_url, prom_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{prom_port}"
     database = tmp_path / "e2e.sqlite3"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "CELERY_"))}
@@ -157,18 +106,6 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         HEADROOM_REPLAN_ON_DRIFT="true",
         HEADROOM_REPLAN_TIME_LIMIT_S="5",
     )
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global:\n"
-        "  scrape_interval: 1s\n"
-        "  evaluation_interval: 1s\n"
-        "scrape_configs:\n"
-        "  - job_name: fleetsim\n"
-        "    scrape_interval: 1s\n"
-        "    scrape_timeout: 900ms\n"
-        "    static_configs:\n"
-        f"      - targets: ['127.0.0.1:{sim_port}']\n"
-    )
     processes: list[subprocess.Popen[bytes]] = []
     worker_log = tmp_path / "worker.log"
     with WebhookReceiver(secret=SECRET) as receiver:
@@ -177,22 +114,11 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
             _manage(env, "load_scenario", str(SCENARIO))
             _manage(env, "shell", "-c", _setup_code(receiver.url))
             processes.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "workers.fleetsim", "--port", str(sim_port),
-                     "--seed", "11", "--scenario", str(SCENARIO),
-                     "--rate-scale", str(RATE_SCALE)],
-                    cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                )
-            )  # fmt: skip
-            assert PROMETHEUS is not None
+                start_fleetsim(port=sim_port, scenario=SCENARIO, rate_scale=RATE_SCALE)
+            )
             processes.append(
-                subprocess.Popen(
-                    [PROMETHEUS, f"--config.file={config}",
-                     f"--storage.tsdb.path={tmp_path / 'prometheus'}",
-                     f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-                    cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                )
-            )  # fmt: skip
+                start_prometheus(port=prom_port, target_port=sim_port, workdir=tmp_path)
+            )
             with worker_log.open("wb") as out:
                 processes.append(
                     subprocess.Popen(
@@ -202,13 +128,13 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
                         cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
                     )
                 )  # fmt: skip
-            _wait_for_url(sim_url + "/healthz", 30, processes[0])
-            _wait_for_url(prom_url + "/-/ready", 30, processes[1])
-            _wait_for_scrapes(prom_url, 30)
+            wait_for_url(sim_url + "/healthz", 30, processes[0])
+            wait_for_url(prom_url + "/-/ready", 30, processes[1])
+            wait_for_scrapes(prom_url, 30)
             yield Stack(sim_url, prom_url, database, env, worker_log, receiver)
         finally:
             for process in reversed(processes):
-                _stop(process)
+                stop(process)
 
 
 def _manage(env: dict[str, str], *args: str) -> str:

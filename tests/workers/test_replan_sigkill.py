@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -21,22 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.workers.live_services import redis_up
+
 REPO = Path(__file__).resolve().parents[2]
 BROKER = "redis://127.0.0.1:6379/14"
-
-
-def _redis_up() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 6379), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(os.environ.get("HEADROOM_E2E") != "1", reason="set HEADROOM_E2E=1"),
-    pytest.mark.skipif(not _redis_up(), reason="no Redis at 127.0.0.1:6379"),
+    pytest.mark.skipif(not redis_up(), reason="no Redis at 127.0.0.1:6379"),
 ]
 
 

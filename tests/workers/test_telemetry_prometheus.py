@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -31,11 +27,19 @@ from controlplane.policies.models import WorkloadProfile
 from controlplane.scenarios.services import scenario_load
 from controlplane.telemetry import services
 from controlplane.telemetry.models import DriftAlert, ObservedWorkload, RunStatus
+from tests.workers.live_services import (
+    PROMETHEUS,
+    free_port,
+    start_fleetsim,
+    start_prometheus,
+    stop,
+    wait_for_scrapes,
+    wait_for_url,
+)
 from workers.fleetsim import fleet_from_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = REPO / "docs" / "scenarios" / "support-assistant.yaml"
-PROMETHEUS = shutil.which("prometheus")
 BUCKET_S = 5
 # A fleet 100 times the scenario's (same load per replica): a 20-second window then holds
 # thousands of requests per tenant, so sample means sit within a few percent of the truth.
@@ -48,91 +52,21 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_for(url: str, deadline_s: float, process: subprocess.Popen[bytes]) -> None:
-    stop = time.monotonic() + deadline_s
-    while time.monotonic() < stop:
-        if process.poll() is not None:
-            raise RuntimeError(f"{process.args[0]} exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up within {deadline_s} s")
-
-
-def _wait_for_scrapes(prom_url: str, deadline_s: float) -> None:
-    """Until Prometheus holds two scrapes of the fleet: "ready" comes before the first scrape,
-    and on a loaded machine the first scrapes can lag by seconds, which would leave the
-    test's first buckets short of requests."""
-    query = urllib.parse.urlencode({"query": "count_over_time(vllm:request_success_total[1m])"})
-    end = time.time() + deadline_s
-    while time.time() < end:
-        try:
-            with urllib.request.urlopen(f"{prom_url}/api/v1/query?{query}", timeout=2) as response:
-                result = json.loads(response.read())["data"]["result"]
-            if result and min(float(r["value"][1]) for r in result) >= 2:
-                return
-        except (urllib.error.URLError, OSError, KeyError, ValueError):
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"Prometheus at {prom_url} did not scrape the fleet within {deadline_s} s")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-
-
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """(fleet simulator URL, Prometheus URL), both serving."""
-    sim_port, prom_port = _free_port(), _free_port()
+    sim_port, prom_port = free_port(), free_port()
     sim_url, prom_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{prom_port}"
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global:\n"
-        "  scrape_interval: 1s\n"
-        "  evaluation_interval: 1s\n"
-        "scrape_configs:\n"
-        "  - job_name: fleetsim\n"
-        "    scrape_interval: 1s\n"
-        "    scrape_timeout: 900ms\n"
-        "    static_configs:\n"
-        f"      - targets: ['127.0.0.1:{sim_port}']\n"
-    )
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "workers.fleetsim", "--port", str(sim_port), "--seed", "11",
-         "--scenario", str(SCENARIO), "--rate-scale", str(RATE_SCALE)],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert PROMETHEUS is not None
-    prom = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    sim = start_fleetsim(port=sim_port, scenario=SCENARIO, rate_scale=RATE_SCALE)
+    prom = start_prometheus(port=prom_port, target_port=sim_port, workdir=tmp_path)
     try:
-        _wait_for(sim_url + "/healthz", 30, sim)
-        _wait_for(prom_url + "/-/ready", 30, prom)
-        _wait_for_scrapes(prom_url, 30)
+        wait_for_url(sim_url + "/healthz", 30, sim)
+        wait_for_url(prom_url + "/-/ready", 30, prom)
+        wait_for_scrapes(prom_url, 30)
         yield sim_url, prom_url
     finally:
-        _stop(prom)
-        _stop(sim)
+        stop(prom)
+        stop(sim)
 
 
 def _grid(moment: float) -> datetime:
