@@ -435,10 +435,10 @@ def section(results: Sequence[Result], database: str, settings_line: str) -> str
     )
     outcome = (
         f"**Goal (generated fleet under {GOAL_S:g} s end to end): {verdict}**, worst "
-        f"{worst:.2f} s. The solves take most of it: on the generated fleet the solver "
-        "cannot prove optimality and stops at its time limits (the main solve's, then each "
-        "band edge's), so the re-plan's time is about the sum of the three limits plus the "
-        "inputs and the store; the limits are settings "
+        f"{worst:.2f} s. The solves take most of it: on the generated fleet a solve that "
+        "does not prove optimality stops at its time limit (the main solve's, then each "
+        "band edge's), so the re-plan's time is at most about the sum of the three limits "
+        "plus the inputs and the store; the limits are settings "
         "(`HEADROOM_REPLAN_TIME_LIMIT_S`, `HEADROOM_REPLAN_BAND_TIME_LIMIT_S`). Because the "
         "solves stop on the clock, how far they get (the gap, and so the cost) depends on "
         "the machine's load and varies from run to run; the solve times do not. The band "
