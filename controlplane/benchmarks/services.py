@@ -104,7 +104,8 @@ def benchmark_run_request(
 
     Returns ``(run, created)``: when the shape already has a queued or running run of this
     kind, that run and False (the database's partial unique constraint settles two requests
-    racing). ``device`` defaults to ``HEADROOM_BENCHMARK_DEVICE`` (endpoint runs ignore it).
+    racing). ``device`` defaults to ``HEADROOM_BENCHMARK_DEVICE``; an endpoint run's is always
+    ``gpu`` (it measures a replica on the shape's GPUs).
     With ``enqueue`` the run's Celery task (``headroom.benchmarks.engine`` or
     ``headroom.benchmarks.endpoint``) is sent when the transaction commits; without a broker it
     then runs in-process. An endpoint run is queued whether or not the shape has an enabled
@@ -118,7 +119,11 @@ def benchmark_run_request(
         kind=kind,
         trigger=trigger,
         reason=reason[:500],
-        device=device or benchmark_settings().device,
+        # An endpoint run measures a replica of the shape, on the shape's GPUs, wherever
+        # the load comes from; the device setting is where engine benchmarks run.
+        device=(device or benchmark_settings().device)
+        if kind == BenchmarkRun.Kind.ENGINE
+        else BenchmarkRun.Device.GPU,
         requested_by=_recorded(user),
     )
     # The constraint is checked by the database below, race-safely; validate the rest.

@@ -427,6 +427,20 @@ def test_a_second_delivery_leaves_a_started_run_alone(fleet: BenchFleet) -> None
     assert benchmark_tasks.endpoint(987_654) is None
 
 
+def test_an_endpoint_run_measures_the_shapes_gpus_whatever_the_device_setting(
+    fleet: BenchFleet, settings: Any
+) -> None:
+    # HEADROOM_BENCHMARK_DEVICE says where engine benchmarks run; a load test measures a
+    # replica of the shape, which runs on the shape's GPUs.
+    settings.HEADROOM_BENCHMARK_DEVICE = "cpu"
+    engine, _ = services.benchmark_run_request(shape=fleet.shape, enqueue=False)
+    endpoint, _ = services.benchmark_run_request(
+        shape=fleet.shape, kind=BenchmarkRun.Kind.ENDPOINT, enqueue=False
+    )
+    assert engine.device == BenchmarkRun.Device.CPU
+    assert endpoint.device == BenchmarkRun.Device.GPU
+
+
 # -- the schedule ---------------------------------------------------------------------------------
 
 
