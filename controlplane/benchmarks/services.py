@@ -37,12 +37,12 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from controlplane.benchmarks import selectors
 from controlplane.benchmarks.conf import BenchmarkSettings, benchmark_settings
 from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun
 from controlplane.fleet.models import GB, CapacityFigure, ReplicaShape, WorkloadClass
+from controlplane.schedule import ScheduledTask, periodic_tasks_install
 
 if TYPE_CHECKING:  # the load test's modules need the bench extra (Ray, aiohttp)
     from workers.benchmarks.loadgen import LoadGeneratorPool
@@ -581,37 +581,19 @@ def benchmarks_schedule(*, now: datetime | None = None, enqueue: bool = True) ->
     return report
 
 
-def benchmark_schedule_install(*, reset: bool = False) -> list[str]:
-    """Create the periodic task beat runs (django-celery-beat) to schedule benchmarks, once.
-
-    An existing task is left as it is (an admin may have edited it) unless ``reset``, which
-    puts back its interval, task name and enabled flag. Returns one line per task.
-    """
-    every_s = benchmark_settings().schedule_s
-    with transaction.atomic():
-        interval, _ = IntervalSchedule.objects.get_or_create(
-            every=every_s, period=IntervalSchedule.SECONDS
-        )
-        description = (
+def benchmark_schedule() -> tuple[ScheduledTask, ...]:
+    """The beat entry that keeps figures fresh (every ``HEADROOM_BENCHMARK_SCHEDULE_S``)."""
+    return (
+        ScheduledTask(
+            SCHEDULE_NAME,
+            SCHEDULE_TASK,
+            int(benchmark_settings().schedule_s),
             "Queue a benchmark for each shape whose capacity figure is stale: an endpoint load "
-            "test where the shape has an enabled endpoint, else an engine benchmark."
-        )
-        existing = PeriodicTask.objects.filter(name=SCHEDULE_NAME).first()
-        if existing is None:
-            PeriodicTask.objects.create(
-                name=SCHEDULE_NAME,
-                task=SCHEDULE_TASK,
-                interval=interval,
-                description=description,
-                enabled=True,
-            )
-            return [f"created {SCHEDULE_NAME!r}: {SCHEDULE_TASK} every {every_s} s"]
-        if reset:
-            existing.task = SCHEDULE_TASK
-            existing.interval = interval
-            existing.crontab = existing.solar = existing.clocked = None
-            existing.enabled = True
-            existing.description = description
-            existing.save()
-            return [f"reset {SCHEDULE_NAME!r}: {SCHEDULE_TASK} every {every_s} s"]
-    return [f"kept {SCHEDULE_NAME!r} as it is"]
+            "test where the shape has an enabled endpoint, else an engine benchmark.",
+        ),
+    )
+
+
+def benchmark_schedule_install(*, reset: bool = False) -> list[str]:
+    """Create the benchmarks' beat entry (``controlplane.schedule``); one line per task."""
+    return periodic_tasks_install(benchmark_schedule(), reset=reset)

@@ -35,6 +35,7 @@ from controlplane.emission.payload import (
     region_documents,
 )
 from controlplane.plans.models import Plan
+from controlplane.schedule import ScheduledTask
 
 logger = logging.getLogger(__name__)
 
@@ -363,3 +364,22 @@ def outbox_entry_retry(*, entry: OutboxEntry) -> bool:
         transaction.on_commit(outbox_kick, robust=True)
     entry.refresh_from_db()
     return requeued == 1
+
+
+# -- schedule -------------------------------------------------------------------------------------
+
+DISPATCH_SCHEDULE_NAME = "emission: dispatch the outbox"
+DISPATCH_TASK = "headroom.emission.dispatch"
+DISPATCH_EVERY_S = 30
+
+
+def emission_schedule() -> tuple[ScheduledTask, ...]:
+    """The outbox dispatch every 30 s (also created by migration ``emission.0003``)."""
+    return (
+        ScheduledTask(
+            DISPATCH_SCHEDULE_NAME,
+            DISPATCH_TASK,
+            DISPATCH_EVERY_S,
+            "Deliver due allocation outbox rows to their sinks (retries included).",
+        ),
+    )

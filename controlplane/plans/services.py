@@ -58,6 +58,7 @@ from controlplane.plans.diff import PlanDocuments, plan_diff, serves_less
 from controlplane.plans.explanation import plan_explanation, stale_sentences
 from controlplane.plans.models import Plan, PlanAllocation, PlanRouting, ReplanRun
 from controlplane.scenarios.services import problem_export
+from controlplane.schedule import ScheduledTask
 from planner import placement
 
 if TYPE_CHECKING:
@@ -606,3 +607,23 @@ def plan_reject(*, plan: Plan, user: Actor | None) -> Plan:
         plan.full_clean()
         plan.save(update_fields=["state", "rejected_at", "rejected_by"])
     return plan
+
+
+# -- schedule -------------------------------------------------------------------------------------
+
+REPLAN_SCHEDULE_NAME = "plans: re-plan"
+REPLAN_SCHEDULED_TASK = "headroom.plans.replan_scheduled"
+REPLAN_EVERY_S = 3600
+
+
+def replan_schedule() -> tuple[ScheduledTask, ...]:
+    """The hourly re-plan (also created by migration ``plans.0004``)."""
+    return (
+        ScheduledTask(
+            REPLAN_SCHEDULE_NAME,
+            REPLAN_SCHEDULED_TASK,
+            REPLAN_EVERY_S,
+            "Re-plan from policies, forecast peaks and capacity figures; unchanged inputs make "
+            "no new plan.",
+        ),
+    )

@@ -34,10 +34,10 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
-from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from controlplane.fleet.models import LlmModel, Region, WorkloadClass
 from controlplane.policies.models import Tenant, WorkloadProfile
+from controlplane.schedule import ScheduledTask, periodic_tasks_install
 from controlplane.telemetry import histograms, selectors
 from controlplane.telemetry.conf import (
     DriftThresholds,
@@ -1242,14 +1242,6 @@ DERIVE_TASK = "headroom.telemetry.derive_profiles"
 DERIVE_EVERY_S = 3600
 
 
-@dataclass(frozen=True)
-class ScheduledTask:
-    name: str
-    task: str
-    every_s: int
-    description: str
-
-
 def telemetry_schedule() -> tuple[ScheduledTask, ...]:
     """The periodic tasks telemetry needs: a pull per bucket, a derivation per hour."""
     conf = telemetry_settings()
@@ -1270,35 +1262,5 @@ def telemetry_schedule() -> tuple[ScheduledTask, ...]:
 
 
 def schedule_install(*, reset: bool = False) -> list[str]:
-    """Create the periodic tasks beat runs (django-celery-beat), once.
-
-    An existing task is left as it is (an admin may have edited it) unless ``reset``, which
-    puts back its interval, task name and enabled flag. Returns one line per task.
-    """
-    lines = []
-    with transaction.atomic():
-        for wanted in telemetry_schedule():
-            interval, _ = IntervalSchedule.objects.get_or_create(
-                every=wanted.every_s, period=IntervalSchedule.SECONDS
-            )
-            existing = PeriodicTask.objects.filter(name=wanted.name).first()
-            if existing is None:
-                PeriodicTask.objects.create(
-                    name=wanted.name,
-                    task=wanted.task,
-                    interval=interval,
-                    description=wanted.description,
-                    enabled=True,
-                )
-                lines.append(f"created {wanted.name!r}: {wanted.task} every {wanted.every_s} s")
-            elif reset:
-                existing.task = wanted.task
-                existing.interval = interval
-                existing.crontab = existing.solar = existing.clocked = None
-                existing.enabled = True
-                existing.description = wanted.description
-                existing.save()
-                lines.append(f"reset {wanted.name!r}: {wanted.task} every {wanted.every_s} s")
-            else:
-                lines.append(f"kept {wanted.name!r} as it is")
-    return lines
+    """Create telemetry's beat entries (``controlplane.schedule``); one line per task."""
+    return periodic_tasks_install(telemetry_schedule(), reset=reset)

@@ -103,3 +103,62 @@ def test_malformed_values_fail_loudly(
     monkeypatch.setenv(name, value)
     with pytest.raises(ImproperlyConfigured, match=message):
         telemetry_settings()
+
+
+@pytest.mark.django_db
+def test_install_schedule_installs_every_part_once_and_resets_a_part() -> None:
+    from controlplane.schedule import headroom_schedule
+
+    wanted = {t.name: t for t in headroom_schedule()}
+    assert set(wanted) == {
+        "telemetry: pull from Prometheus",
+        "telemetry: derive workload profiles",
+        "plans: re-plan",
+        "emission: dispatch the outbox",
+        "benchmarks: measure shapes with stale capacity figures",
+    }
+    _install()
+    _install()
+    for name, entry in wanted.items():
+        task = PeriodicTask.objects.get(name=name)
+        assert (task.task, task.interval.every, task.enabled) == (entry.task, entry.every_s, True)
+    # Every task named is one Celery registers.
+    app.loader.import_default_modules()
+    assert {t.task for t in wanted.values()} <= set(app.tasks)
+
+    replan = PeriodicTask.objects.get(name="plans: re-plan")
+    replan.enabled = False
+    replan.save()
+    out = _install("--only", "plans", "--reset")
+    assert out.splitlines() == [
+        "reset 'plans: re-plan': headroom.plans.replan_scheduled every 3600 s"
+    ]
+    replan.refresh_from_db()
+    assert replan.enabled
+
+
+@pytest.mark.django_db
+def test_the_migrations_create_the_same_plans_and_emission_entries() -> None:
+    import importlib
+
+    from controlplane.schedule import headroom_schedule
+
+    for module, part in (
+        ("controlplane.plans.migrations.0004_replan_schedule", "plans"),
+        ("controlplane.emission.migrations.0003_dispatch_schedule", "emission"),
+    ):
+        migration = importlib.import_module(module)
+        (entry,) = headroom_schedule([part])
+        assert (migration.TASK_NAME, migration.TASK, migration.EVERY_S) == (
+            entry.name,
+            entry.task,
+            entry.every_s,
+        )
+
+
+def test_install_schedule_refuses_an_unknown_part() -> None:
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="unknown part forecasts") as raised:
+        _install("--only", "forecasts")
+    assert raised.value.returncode == 2
