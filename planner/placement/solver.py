@@ -72,15 +72,16 @@ UNSERVED_SHARE: Final = 0.3
 COST_SHARE: Final = 0.9
 # Share of the time left that the captive-region bounds may take before the cost stage.
 CAPTIVE_SHARE: Final = 0.1
-# A part with more routes than this is large: it starts from the home plan, its full
-# solve gets LARGE_COST_SHARE of the time left, and if that does not finish, the
-# neighbourhood search gets SEARCH_SHARE of what is then left (decompose.py).
+# A part with more routes than this is large: it starts from the home plan (HOME_SHARE of
+# the time left) and solves its linear relaxation (RELAXATION_SHARE); its full solve gets
+# LARGE_COST_SHARE of the time left, and if that does not finish, the MIP on the blocks the
+# relaxation opens gets RELAXED_SHARE and then the neighbourhood search SEARCH_SHARE of what
+# is then left (decompose.py).
 LARGE_PART_ROUTES: Final = 4000
 HOME_SHARE: Final = 0.1
-LARGE_COST_SHARE: Final = 0.6
-# Share of the time left that a large part's start from its relaxation may take.
-RELAXED_SHARE: Final = 0.4
 RELAXATION_SHARE: Final = 0.2
+LARGE_COST_SHARE: Final = 0.6
+RELAXED_SHARE: Final = 0.4
 SEARCH_SHARE: Final = 0.9
 SEARCH_STEP_S: Final = 5.0
 # The least time a tie-break stage (change, spill) may take, whatever the cost stage took.
@@ -129,9 +130,7 @@ class _Stages:
         self.levels: dict[int, float] = {}
         # While polishing: a model with the replicas fixed, where the stages are LPs.
         self._polished: Backend | None = None
-        # The captive rows added for the cost stage, and the relaxation's optimum with them
-        # (a cost bound; large parts only).
-        self._captive_rows: list[tuple[list[tuple[int, float]], float]] = []
+        # A large part's linear relaxation: its optimum (a cost bound) and its values.
         self._relaxed_bound: float | None = None
         self._relaxed: tuple[float, ...] | None = None
 
@@ -231,8 +230,8 @@ class _Stages:
             self._relaxed_start(cost)
             best = self._search(cost)
         self.progress.cost = best
-        # The proven lower bound on cost: the captive bounds, or the relaxation's optimum,
-        # where no solve proved more.
+        # The proven lower bound on cost: the captive bounds or the relaxation's optimum,
+        # whichever is higher, where no solve proved more.
         bound = min(best, max(captive, self._relaxed_bound or 0.0))
         if outcome is not None and outcome.bound is not None:
             bound = min(best, max(bound, outcome.bound))
@@ -277,8 +276,7 @@ class _Stages:
             seed=self._seed,
             backend=self._backend_name,
         )
-        self._captive_rows = bound_rows(m, bounds)
-        for terms, lo in self._captive_rows:
+        for terms, lo in bound_rows(m, bounds):
             self.backend.add_row(terms, lo, math.inf)
         self.progress.stage_seconds["captive"] = time.perf_counter() - t0
         return sum(b for _, b in bounds)
