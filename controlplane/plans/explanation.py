@@ -61,8 +61,10 @@ def plan_explanation(
     forecast: DemandForecast,
     warnings: Sequence[str],
     decision: str,
+    trigger: str = "",
 ) -> dict[str, Any]:
-    """The explanation document of plan ``version`` (JSON-serialisable)."""
+    """The explanation document of plan ``version`` (JSON-serialisable); ``trigger`` says
+    what requested the re-plan (``services.trigger_sentence``)."""
     if solution.get("status") == "invalid":
         headline = f"Plan v{version}: the problem was invalid: {solution.get('message', '?')}"
     else:
@@ -103,4 +105,6 @@ def plan_explanation(
     }
     if solution.get("status") != "invalid":
         out["planner"] = _planner_account(problem, solution)
+    if trigger:
+        out["trigger"] = trigger
     return out

@@ -415,18 +415,6 @@ def plan_store(
         decision = f"Activated: serves every demand at least as well as plan v{active.version}."
     planned = planned_requests_per_s(problem)
     binding = [*solution.get("binding", []), *stale_sentences(inputs.stale_figures)]
-    explanation = plan_explanation(
-        version=version,
-        problem=problem,
-        solution=solution,
-        planned_requests_per_s=planned,
-        diff=diff,
-        stale=inputs.stale_figures,
-        forecast=inputs.forecast,
-        warnings=inputs.warnings,
-        decision=decision,
-    )
-    explanation["trigger"] = trigger_sentence(run)
     plan = Plan(
         version=version,
         inputs_hash=inputs.inputs_hash,
@@ -435,7 +423,18 @@ def plan_store(
         trigger=run.trigger,
         problem=problem,
         solution=solution,
-        explanation=explanation,
+        explanation=plan_explanation(
+            version=version,
+            problem=problem,
+            solution=solution,
+            planned_requests_per_s=planned,
+            diff=diff,
+            stale=inputs.stale_figures,
+            forecast=inputs.forecast,
+            warnings=inputs.warnings,
+            decision=decision,
+            trigger=trigger_sentence(run),
+        ),
         cost_per_hour=None if invalid else float(solution["cost_per_hour"]),
         gap=None if invalid else float(solution["gap"]),
         solve_seconds=float(solution.get("solve_seconds", 0.0)),
