@@ -36,12 +36,12 @@ def last_pulled_until(*, bucket_s: int) -> datetime | None:
     )
 
 
-def pulled_windows(
+def unpulled_windows(
     *, bucket_s: int, start: datetime, end: datetime
 ) -> list[tuple[datetime, datetime]]:
-    """The parts of [start, end) that successful pulls at this bucket width covered, merged
-    and in time order."""
-    rows = (
+    """The parts of [start, end) that no successful pull at this bucket width covered, in
+    time order: what a backfill still has to pull."""
+    covered = (
         TelemetryPull.objects.filter(
             status=RunStatus.SUCCEEDED,
             bucket_s=bucket_s,
@@ -51,16 +51,15 @@ def pulled_windows(
         .order_by("window_start")
         .values_list("window_start", "window_end")
     )
-    merged: list[tuple[datetime, datetime]] = []
-    for lo, hi in rows:
-        lo, hi = max(lo, start), min(hi, end)
-        if lo >= hi:
-            continue
-        if merged and lo <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
-        else:
-            merged.append((lo, hi))
-    return merged
+    gaps: list[tuple[datetime, datetime]] = []
+    cursor = start
+    for lo, hi in covered:
+        if lo > cursor:
+            gaps.append((cursor, lo))
+        cursor = max(cursor, hi)
+    if cursor < end:
+        gaps.append((cursor, end))
+    return gaps
 
 
 # -- label values ---------------------------------------------------------------------------------

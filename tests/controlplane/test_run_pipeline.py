@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime, timedelta
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,13 @@ from django.core.management.base import CommandError
 from controlplane.emission.models import AllocationSink, OutboxEntry
 from controlplane.plans.models import Plan
 from controlplane.policies.models import WorkloadProfile
-from controlplane.telemetry.models import DriftAlert, ProfileDerivation, TelemetryPull
+from controlplane.telemetry.models import (
+    DriftAlert,
+    ProfileDerivation,
+    RunStatus,
+    TelemetryPull,
+)
+from controlplane.telemetry.selectors import unpulled_windows
 from tests.controlplane.plans_helpers import load_support_assistant
 
 pytestmark = pytest.mark.django_db
@@ -138,3 +145,28 @@ def test_an_unreachable_prometheus_fails_the_run_with_status_1(quick: Path) -> N
         _run("--prometheus-url", "http://127.0.0.1:9")
     assert error.value.returncode == 1
     assert not Plan.objects.exists()
+
+
+def test_only_what_no_successful_pull_covered_is_pulled_again() -> None:
+    t0 = datetime(2026, 3, 2, tzinfo=UTC)
+
+    def pulled(lo: int, hi: int, status: str = RunStatus.SUCCEEDED, bucket_s: int = 300) -> None:
+        TelemetryPull.objects.create(
+            window_start=t0 + timedelta(hours=lo),
+            window_end=t0 + timedelta(hours=hi),
+            bucket_s=bucket_s,
+            status=status,
+        )
+
+    pulled(-2, 1)  # reaches before the start
+    pulled(2, 4)
+    pulled(3, 5)  # overlaps the one before
+    pulled(5, 6, status=RunStatus.FAILED)
+    pulled(6, 7, bucket_s=60)  # another width
+    pulled(8, 12)  # reaches past the end
+
+    gaps = unpulled_windows(bucket_s=300, start=t0, end=t0 + timedelta(hours=10))
+
+    hours = [((lo - t0) / timedelta(hours=1), (hi - t0) / timedelta(hours=1)) for lo, hi in gaps]
+    assert hours == [(1, 2), (5, 8)]
+    assert unpulled_windows(bucket_s=300, start=t0, end=t0 + timedelta(hours=1)) == []

@@ -278,14 +278,7 @@ class Command(BaseCommand):
 
     def _pull(self, client: PrometheusClient, width: int, start: datetime, end: datetime) -> None:
         """Pull the parts of [start, end) no successful pull covered, a day at a time."""
-        gaps = []
-        cursor = start
-        for lo, hi in selectors.pulled_windows(bucket_s=width, start=start, end=end):
-            if lo > cursor:
-                gaps.append((cursor, lo))
-            cursor = max(cursor, hi)
-        if cursor < end:
-            gaps.append((cursor, end))
+        gaps = selectors.unpulled_windows(bucket_s=width, start=start, end=end)
         if not gaps:
             self.stdout.write(f"Pulled: nothing new up to {_when(end)}.")
             return
