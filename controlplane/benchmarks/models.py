@@ -18,7 +18,6 @@ shape's capacity figure is and why it would be measured again.
 
 from __future__ import annotations
 
-import math
 import re
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
@@ -31,7 +30,7 @@ from django.db.models import Q
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
-from controlplane.fleet.models import CapacityFigure, ReplicaShape
+from controlplane.fleet.models import CapacityFigure, ReplicaShape, _finite
 from controlplane.policies.models import Revisioned
 
 # One request of the load test may take this long at most, seconds (a long generation on a
@@ -167,12 +166,6 @@ class BenchmarkRun(models.Model):
         return (now or timezone.now()) - since > timeout
 
 
-def _finite_timeout(value: float) -> None:
-    # NaN passes every range check; refuse it explicitly.
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValidationError("Must be a finite number.")
-
-
 def base_url_problem(url: str) -> str:
     """Why ``url`` cannot be a replica's base URL (``http(s)://host[:port][/prefix]``,
     without ``/v1``), or ''."""
@@ -226,7 +219,7 @@ class BenchmarkEndpoint(Revisioned):
     timeout_s = models.FloatField(
         default=60.0,
         validators=[
-            _finite_timeout,
+            _finite,
             MinValueValidator(0.1),
             MaxValueValidator(MAX_ENDPOINT_TIMEOUT_S),
         ],
