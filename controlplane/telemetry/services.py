@@ -354,7 +354,8 @@ def _store_by_insert_or_ignore(rows: Sequence[SampleRow]) -> int:
 
 def _store_by_copy(rows: Sequence[SampleRow]) -> int:
     with connection.cursor() as cursor:
-        # ON COMMIT DELETE ROWS: the staging table lives as long as the database connection, empty between uses.
+        # ON COMMIT DELETE ROWS: the staging table lives as long as the database connection,
+        # empty between uses.
         cursor.execute(
             "CREATE TEMPORARY TABLE IF NOT EXISTS telemetry_sample_staging "
             "(series_id bigint, bucket_start timestamptz, value double precision) "

@@ -146,7 +146,6 @@ def test_prompt_growth_is_pulled_derived_alerted_and_re_planned(
     assert (second.trigger, second.state) == (Plan.Trigger.DRIFT, Plan.State.ACTIVE)
     assert second.explanation["trigger"] == f"Trigger: drift alert. {run.reason}"
     assert first.explanation["trigger"] == "Trigger: command line."
-    # Longer prompts at the same rate need more replicas in both drifted pools.
     # Longer prompts at the same rate need more GPUs. (Per region the counts need not both
     # grow: tenants allowed to spill may be routed differently.)
     assert _gpus(second) > _gpus(first)

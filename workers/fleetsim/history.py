@@ -268,7 +268,7 @@ class FleetHistory:
         with self._lock:
             self._add_change(at, tokens)
             day = math.floor(at / DAY_S)
-            for key in [k for k in self._blocks if (k[1] + 1) * DAY_S > at and k[1] >= day]:
+            for key in [k for k in self._blocks if k[1] >= day]:
                 del self._blocks[key]
 
     def extra_now(self, t: float) -> float:
