@@ -112,3 +112,18 @@ def start_prometheus(*, port: int, target_port: int, workdir: Path) -> subproces
          f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
         cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    """Run ``manage.py args`` in a subprocess with ``env``; its standard output. Fails the
+    test, with the command's output, if it exits non-zero."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"manage.py {args[0]} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout

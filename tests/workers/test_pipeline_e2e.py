@@ -41,6 +41,7 @@ import pytest
 from tests.workers.live_services import (
     PROMETHEUS,
     free_port,
+    manage,
     redis_up,
     start_fleetsim,
     start_prometheus,
@@ -110,9 +111,9 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     worker_log = tmp_path / "worker.log"
     with WebhookReceiver(secret=SECRET) as receiver:
         try:
-            _manage(env, "migrate", "--noinput", "--verbosity", "0")
-            _manage(env, "load_scenario", str(SCENARIO))
-            _manage(env, "shell", "-c", _setup_code(receiver.url))
+            manage(env, "migrate", "--noinput", "--verbosity", "0")
+            manage(env, "load_scenario", str(SCENARIO))
+            manage(env, "shell", "-c", _setup_code(receiver.url))
             processes.append(
                 start_fleetsim(port=sim_port, scenario=SCENARIO, rate_scale=RATE_SCALE)
             )
@@ -135,19 +136,6 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         finally:
             for process in reversed(processes):
                 stop(process)
-
-
-def _manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, f"manage.py {args[0]} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
 
 
 def _setup_code(url: str) -> str:

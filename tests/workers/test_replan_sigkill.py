@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workers.live_services import redis_up
+from tests.workers.live_services import manage, redis_up
 
 REPO = Path(__file__).resolve().parents[2]
 BROKER = "redis://127.0.0.1:6379/14"
@@ -44,19 +44,6 @@ def env(tmp_path: Path) -> dict[str, str]:
         LOG_LEVEL="WARNING",
     )
     return variables
-
-
-def _manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    return done.stdout
 
 
 @pytest.fixture
@@ -110,11 +97,11 @@ def test_a_worker_killed_mid_replan_leaves_exactly_one_plan(
 
     redis.Redis.from_url(BROKER).flushdb()
     database = tmp_path / "e2e.sqlite3"
-    _manage(env, "migrate", "--noinput", "--verbosity", "0")
-    _manage(env, "load_scenario", "docs/scenarios/support-assistant.yaml")
+    manage(env, "migrate", "--noinput", "--verbosity", "0")
+    manage(env, "load_scenario", "docs/scenarios/support-assistant.yaml")
 
     workers.append(_worker(env, 60.0, tmp_path / "worker-1.log"))
-    queued = _manage(
+    queued = manage(
         env,
         "shell",
         "-c",
