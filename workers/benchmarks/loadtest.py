@@ -59,6 +59,7 @@ import numpy as np
 import numpy.typing as npt
 
 from planner.capacity.simulation import Requests, latency_quantile, open_loop_times
+from planner.capacity.slo import FIRST_POINT_UTILISATION
 from planner.capacity.workload import request_cost
 from planner.errors import PlannerInputError
 from workers.benchmarks.loadgen import Endpoint, LoadGeneratorPool, RequestRecord
@@ -99,10 +100,6 @@ __all__ = [
     "steady_token_rates",
     "summarize_run",
 ]
-
-#: First rate of a search with a known upper bound, as a fraction of it (as in
-#: ``planner.capacity.slo``: the seeds' planning utilisation, usually near the knee).
-FIRST_POINT_UTILISATION = 0.7
 
 #: Errors (not timeouts) beyond this share of a run's requests fail the run.
 DEFAULT_MAX_ERROR_SHARE = 0.01
