@@ -270,6 +270,14 @@ class DriftAlert(models.Model):
     threshold = models.FloatField(
         help_text="The change that raises an alert: relative for lengths, absolute otherwise."
     )
+    raised_by = models.ForeignKey(
+        "ProfileDerivation",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="raised_alerts",
+        help_text="The profile derivation that raised the alert.",
+    )
     baseline_profile = models.ForeignKey(
         WorkloadProfile, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )

@@ -820,6 +820,7 @@ def _derive(
             share_before=shares_before[pool].get(item.resolved.tenant.pk),
             thresholds=conf.drift,
             now=end,
+            derivation=run,
         )
         run.alerts_raised += outcome.raised
         run.alerts_updated += outcome.updated
@@ -1007,8 +1008,10 @@ def drift_check(
     share_before: float | None,
     thresholds: DriftThresholds,
     now: datetime,
+    derivation: ProfileDerivation | None = None,
 ) -> DriftOutcome:
-    """Raise, update or resolve the drift alerts of one (tenant, model, region, class).
+    """Raise, update or resolve the drift alerts of one (tenant, model, region, class);
+    a raised alert records ``derivation`` as what raised it.
 
     An active (open or acknowledged) alert of a kind compares the new figures with its own
     baseline: back within the threshold resolves it, else it is updated (current value,
@@ -1077,6 +1080,7 @@ def drift_check(
             threshold=threshold,
             first_seen_at=now,
             last_seen_at=now,
+            raised_by=derivation,
         )
         _fill_alert(alert, kind, old, new, before, after, region)
         alert.full_clean()
@@ -1224,16 +1228,11 @@ def derivation_follows_pull(*, pull: TelemetryPull) -> bool:
 
 def drift_alerts_raised(*, derivation: ProfileDerivation) -> list[DriftAlert]:
     """The drift alerts this derivation raised (not those it only updated), oldest first.
-
-    A derivation raises its alerts as first seen at its window's end, one after the other; its
-    ``alerts_raised`` says how many. Empty for a failed derivation or one that raised none.
-    """
-    if derivation.status != RunStatus.SUCCEEDED or derivation.alerts_raised <= 0:
+    Empty for a failed derivation (its alerts were rolled back with it) or one that raised
+    none."""
+    if derivation.status != RunStatus.SUCCEEDED:
         return []
-    newest = DriftAlert.objects.filter(first_seen_at=derivation.window_end).order_by("-pk")
-    return sorted(
-        newest.select_related("tenant", "region")[: derivation.alerts_raised], key=lambda a: a.pk
-    )
+    return list(derivation.raised_alerts.select_related("tenant", "region").order_by("pk"))
 
 
 # -- schedule -------------------------------------------------------------------------------------

@@ -216,11 +216,36 @@ def test_the_derive_task_reports_the_re_plan_it_requested(
 
 
 def test_drift_alerts_raised_names_only_the_derivations_own() -> None:
-    failed = ProfileDerivation(
-        window_start=T0, window_end=DRIFT_AT, status=RunStatus.FAILED, alerts_raised=1
+    from controlplane.fleet.models import LlmModel, Region, WorkloadClass
+    from controlplane.policies.models import Tenant
+
+    load_support_assistant()
+    # Two derivations of the same window (two workers, say), each raising one alert.
+    mine, other = (
+        ProfileDerivation.objects.create(
+            window_start=T0, window_end=DRIFT_AT, status=RunStatus.SUCCEEDED, alerts_raised=1
+        )
+        for _ in range(2)
     )
-    assert services.drift_alerts_raised(derivation=failed) == []
-    none_raised = ProfileDerivation(
+    common = {
+        "tenant": Tenant.objects.get(name="keystone-mutual"),
+        "model": LlmModel.objects.get(name="chat-70b"),
+        "region": Region.objects.get(name="us-east"),
+        "workload_class": WorkloadClass.objects.first(),
+        "baseline_value": 1500.0,
+        "current_value": 2700.0,
+        "threshold": 0.25,
+        "message": "prompt growth",
+        "first_seen_at": DRIFT_AT,
+        "last_seen_at": DRIFT_AT,
+    }
+    raised = DriftAlert.objects.create(kind=DriftAlert.Kind.PROMPT_MEAN, raised_by=mine, **common)
+    DriftAlert.objects.create(kind=DriftAlert.Kind.OUTPUT_MEAN, raised_by=other, **common)
+    assert services.drift_alerts_raised(derivation=mine) == [raised]
+
+    mine.status = RunStatus.FAILED
+    assert services.drift_alerts_raised(derivation=mine) == []
+    none_raised = ProfileDerivation.objects.create(
         window_start=T0, window_end=DRIFT_AT, status=RunStatus.SUCCEEDED
     )
     assert services.drift_alerts_raised(derivation=none_raised) == []
