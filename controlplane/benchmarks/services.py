@@ -42,7 +42,7 @@ from controlplane.benchmarks import selectors
 from controlplane.benchmarks.conf import BenchmarkSettings, benchmark_settings
 from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun
 from controlplane.fleet.models import GB, CapacityFigure, ReplicaShape, WorkloadClass
-from controlplane.schedule import ScheduledTask, periodic_tasks_install
+from controlplane.schedule import ScheduledTask
 
 if TYPE_CHECKING:  # the load test's modules need the bench extra (Ray, aiohttp)
     from workers.benchmarks.loadgen import LoadGeneratorPool
@@ -592,8 +592,3 @@ def benchmark_schedule() -> tuple[ScheduledTask, ...]:
             "test where the shape has an enabled endpoint, else an engine benchmark.",
         ),
     )
-
-
-def benchmark_schedule_install(*, reset: bool = False) -> list[str]:
-    """Create the benchmarks' beat entry (``controlplane.schedule``); one line per task."""
-    return periodic_tasks_install(benchmark_schedule(), reset=reset)

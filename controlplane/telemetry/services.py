@@ -37,7 +37,7 @@ from django.utils import timezone
 
 from controlplane.fleet.models import LlmModel, Region, WorkloadClass
 from controlplane.policies.models import Tenant, WorkloadProfile
-from controlplane.schedule import ScheduledTask, periodic_tasks_install
+from controlplane.schedule import ScheduledTask
 from controlplane.telemetry import histograms, selectors
 from controlplane.telemetry.conf import (
     DriftThresholds,
@@ -1259,8 +1259,3 @@ def telemetry_schedule() -> tuple[ScheduledTask, ...]:
             "Derive workload profiles from the stored samples and check them for drift.",
         ),
     )
-
-
-def schedule_install(*, reset: bool = False) -> list[str]:
-    """Create telemetry's beat entries (``controlplane.schedule``); one line per task."""
-    return periodic_tasks_install(telemetry_schedule(), reset=reset)

@@ -347,15 +347,15 @@ def test_workload_summary_weights_profiles_by_peak_rate(fleet: BenchFleet) -> No
 def test_install_schedule_creates_the_periodic_task_once(settings: Any) -> None:
     settings.HEADROOM_BENCHMARK_SCHEDULE_S = 1800
     out = StringIO()
-    call_command("install_benchmark_schedule", stdout=out)
-    call_command("install_benchmark_schedule", stdout=out)
+    call_command("install_schedule", "--only", "benchmarks", stdout=out)
+    call_command("install_schedule", "--only", "benchmarks", stdout=out)
     task = PeriodicTask.objects.get(name=services.SCHEDULE_NAME)
     assert task.task == services.SCHEDULE_TASK and task.interval is not None
     assert task.interval.every == 1800 and task.enabled
     assert out.getvalue().splitlines()[1] == f"kept {services.SCHEDULE_NAME!r} as it is"
     task.enabled = False
     task.save()
-    call_command("install_benchmark_schedule", "--reset", stdout=out)
+    call_command("install_schedule", "--only", "benchmarks", "--reset", stdout=out)
     task.refresh_from_db()
     assert task.enabled
 

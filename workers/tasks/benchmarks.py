@@ -2,7 +2,7 @@
 that queues benchmarks for shapes whose capacity figures are stale.
 
 Thin by design: the work is in ``controlplane.benchmarks.services``. Beat sends
-``headroom.benchmarks.schedule`` on the schedule ``manage.py install_benchmark_schedule``
+``headroom.benchmarks.schedule`` on the schedule ``manage.py install_schedule``
 creates (editable in the admin). ``headroom.benchmarks.engine`` and
 ``headroom.benchmarks.endpoint`` are acknowledged late and requeued if their worker dies; a
 second delivery of a run that already started does nothing (the run's status guard), and the
