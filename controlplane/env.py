@@ -5,6 +5,7 @@ A value that is present but malformed is an error at start-up, never a silent de
 
 from __future__ import annotations
 
+import ipaddress
 import os
 
 from django.core.exceptions import ImproperlyConfigured
@@ -29,14 +30,17 @@ def envbool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be a boolean (true/false), got {raw!r}")
 
 
-def envint(name: str, default: int) -> int:
+def envint(name: str, default: int, *, minimum: int | None = None) -> int:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from exc
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {raw!r}")
+    return value
 
 
 def envlist(name: str, default: list[str]) -> list[str]:
@@ -44,6 +48,21 @@ def envlist(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def envnetworks(
+    name: str, default: list[str]
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Comma-separated IP addresses or CIDR networks (an address is a one-address network)."""
+    networks = []
+    for entry in envlist(name, default):
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"{name} must list IP addresses or networks, got {entry!r}"
+            ) from exc
+    return tuple(networks)
 
 
 def envsecret(name: str, *, required: bool, dev_default: str) -> str:

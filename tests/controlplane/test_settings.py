@@ -62,3 +62,15 @@ def test_env_helpers_fail_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
     assert env.envlist("HEADROOM_X", []) == ["a", "b", "c"]
     monkeypatch.setenv("HEADROOM_X", "off")
     assert env.envbool("HEADROOM_X", True) is False
+    monkeypatch.setenv("HEADROOM_X", "0")
+    with pytest.raises(ImproperlyConfigured, match="HEADROOM_X must be at least 1"):
+        env.envint("HEADROOM_X", 5, minimum=1)
+    monkeypatch.setenv("HEADROOM_X", "10.0.0.0/8, 192.0.2.7,2001:db8::/32")
+    assert [str(n) for n in env.envnetworks("HEADROOM_X", [])] == [
+        "10.0.0.0/8",
+        "192.0.2.7/32",
+        "2001:db8::/32",
+    ]
+    monkeypatch.setenv("HEADROOM_X", "10.0.0.0/8,proxy.internal")
+    with pytest.raises(ImproperlyConfigured, match="HEADROOM_X must list IP addresses"):
+        env.envnetworks("HEADROOM_X", [])

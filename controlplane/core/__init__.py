@@ -1,0 +1,1 @@
+"""The kit every app shares."""
