@@ -164,3 +164,35 @@ class TestOneErrorShapeOutsideViews(APITest):
         response = api_client_for("viewer").get("/no-such-page/")
         assert response.status_code == 404
         assert not response["Content-Type"].startswith("application/json")
+
+
+class TestLoneSurrogates(APITest):
+    """JSON may carry "\\ud800"; UTF-8 cannot. Such text is a 400 naming its field, never a 500."""
+
+    def _post(self, client: Any, path: str, body: str) -> Any:
+        return client.post(path, data=body.encode("ascii"), content_type="application/json")
+
+    def test_in_a_choice_field(self, api_client_for: Any) -> None:
+        client = api_client_for("policy-admin")
+        body = '{"name": "gold", "p95_ttft_slo_s": 1.0, "failure_promise": "\\ud800"}'
+        response = self._post(client, "/api/tiers/", body)
+        assert response.status_code == 400
+        assert "lone surrogate" in error_fields(response)["failure_promise"][0]
+
+    def test_in_a_text_field_and_nested(self, api_client_for: Any) -> None:
+        client = api_client_for("policy-admin")
+        response = self._post(client, "/api/geographies/", '{"name": "eu\\udfff"}')
+        assert response.status_code == 400
+        assert "name" in error_fields(response)
+        nested = self._post(client, "/api/tiers/", '{"name": "t", "tags": ["ok", "\\ud83d"]}')
+        assert nested.status_code == 400
+        assert "tags[1]" in error_fields(nested)
+
+    def test_a_whole_character_written_as_a_surrogate_pair_is_fine(
+        self, api_client_for: Any
+    ) -> None:
+        client = api_client_for("policy-admin")
+        response = self._post(client, "/api/geographies/", '{"name": "eu-\\ud83d\\ude00"}')
+        assert response.status_code in (201, 400)
+        if response.status_code == 400:  # the name's own rules may refuse an emoji...
+            assert "lone surrogate" not in str(response.json())  # ...but not as a surrogate
