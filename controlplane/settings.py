@@ -11,7 +11,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from controlplane.env import envbool, envint, envlist, envsecret, envstr
+from controlplane.core.conf import envbool, envint, envlist, envsecret, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("HEADROOM_VAR_DIR", str(BASE_DIR / "var")))
@@ -106,7 +106,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["controlplane.api.permissions.RolePermission"],
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.core.roles.RolePermission"],
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",

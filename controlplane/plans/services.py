@@ -44,7 +44,7 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from controlplane.api.permissions import POLICY_ADMIN, user_roles
+from controlplane.core.roles import POLICY_ADMIN, user_roles
 from controlplane.plans import lock, selectors
 from controlplane.plans.conf import ReplanSettings, replan_settings
 from controlplane.plans.demand import (

@@ -25,10 +25,10 @@ from django.db.models import Model
 from django.test import Client
 from django.urls import reverse
 
-from controlplane.api.permissions import POLICY_ADMIN, VIEWER
 from controlplane.benchmarks import services
 from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun, ShapeFreshness
 from controlplane.benchmarks.urls import router
+from controlplane.core.roles import POLICY_ADMIN, VIEWER
 from controlplane.fleet.models import CapacityFigure
 from controlplane.policies.models import WorkloadProfile
 from tests.controlplane.api_harness import ConditionalEndpointContract, error_fields

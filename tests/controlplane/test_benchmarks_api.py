@@ -10,9 +10,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from controlplane.api.permissions import FINANCE, POLICY_ADMIN, ROLES, VIEWER
 from controlplane.benchmarks import services
 from controlplane.benchmarks.models import BenchmarkRun, ShapeFreshness
+from controlplane.core.roles import FINANCE, POLICY_ADMIN, ROLES, VIEWER
 from tests.controlplane.conftest import make_user
 from tests.controlplane.test_benchmarks_helpers import (
     BenchFleet,

@@ -15,7 +15,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from controlplane.api.permissions import FINANCE, POLICY_ADMIN
+from controlplane.core.roles import FINANCE, POLICY_ADMIN
 from controlplane.fleet.models import CapacityFigure
 from controlplane.plans import services
 from controlplane.plans.models import Plan, PlanAllocation, PlanRouting, ReplanRun

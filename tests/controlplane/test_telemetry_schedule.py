@@ -86,7 +86,7 @@ def test_environment_is_read_when_settings_say_nothing(monkeypatch: pytest.Monke
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [
-        ("HEADROOM_TELEMETRY_BUCKET_S", "five", "must be a number"),
+        ("HEADROOM_TELEMETRY_BUCKET_S", "five", "must be a whole number"),
         ("HEADROOM_TELEMETRY_BUCKET_S", "0", "must be positive"),
         ("HEADROOM_PROMETHEUS_URL", "prometheus:9090", "http"),
         ("HEADROOM_TELEMETRY_LABELS", "tenant", "role=label"),
