@@ -12,6 +12,7 @@ from pathlib import Path
 import dj_database_url
 
 from controlplane.core.conf import envbool, envint, envlist, envsecret, envstr
+from planner.placement.problem import DEFAULT_TARGET_UTILIZATION
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("HEADROOM_VAR_DIR", str(BASE_DIR / "var")))
@@ -170,7 +171,9 @@ if not DEBUG:
 # Capacity figures older than this are stale: plans built on them are flagged.
 HEADROOM_CAPACITY_MAX_AGE_DAYS = envint("HEADROOM_CAPACITY_MAX_AGE_DAYS", 30)
 # Planning utilisation of a shape that sets none.
-HEADROOM_DEFAULT_TARGET_UTILIZATION = float(envstr("HEADROOM_DEFAULT_TARGET_UTILIZATION", "0.7"))
+HEADROOM_DEFAULT_TARGET_UTILIZATION = float(
+    envstr("HEADROOM_DEFAULT_TARGET_UTILIZATION", str(DEFAULT_TARGET_UTILIZATION))
+)
 # The job pipeline: a telemetry pull that stored samples enqueues a profile derivation, and a
 # derivation that raised new drift alerts requests a re-plan (trigger "drift"). Turn either
 # off to run the steps on their own schedules only.

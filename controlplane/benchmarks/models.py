@@ -33,6 +33,7 @@ from controlplane.core.jobs import Job
 from controlplane.core.records import Revisioned
 from controlplane.core.validators import finite
 from controlplane.fleet.models import CapacityFigure, ReplicaShape
+from controlplane.fleet.selectors import planning_figure
 
 # One request of the load test may take this long at most, seconds (a long generation on a
 # slow replica); and a point of the sweep sends at most this many requests.
@@ -245,10 +246,7 @@ class BenchmarkEndpoint(Revisioned):
         if self.served_model_name and not self.served_model_name.strip():
             errors["served_model_name"] = "Give the model name the endpoint serves."
         if self.max_concurrency is None and self.shape_id is not None:
-            # Imported here: the selectors module imports this one.
-            from controlplane.benchmarks.selectors import freshest_figure
-
-            figure = freshest_figure(self.shape)
+            figure = planning_figure(shape=self.shape)
             if figure is None:
                 errors["max_concurrency"] = (
                     "Give the replica's maximum concurrency: the shape has no capacity figure "

@@ -57,7 +57,7 @@ from controlplane.plans.demand import (
 from controlplane.plans.diff import PlanDocuments, plan_diff, serves_less
 from controlplane.plans.explanation import plan_explanation, stale_sentences
 from controlplane.plans.models import Plan, PlanAllocation, PlanRouting, ReplanRun
-from controlplane.scenarios.services import problem_export
+from controlplane.plans.problem import problem_export
 from controlplane.schedule import ScheduledTask
 from planner import placement
 

@@ -21,6 +21,7 @@ from controlplane.core.validators import (
     slug_validator,
 )
 from controlplane.fleet.models import Geography, LlmModel, Region, WorkloadClass
+from planner.placement.problem import DEFAULT_TARGET_UTILIZATION
 
 
 class Tier(Revisioned):
@@ -37,7 +38,9 @@ class Tier(Revisioned):
     priority = models.PositiveIntegerField(
         default=0, help_text="0 is most important; lower numbers are served first in shortage."
     )
-    target_utilization = models.FloatField(default=0.7, validators=[fraction_open_closed])
+    target_utilization = models.FloatField(
+        default=DEFAULT_TARGET_UTILIZATION, validators=[fraction_open_closed]
+    )
     burst_factor = models.FloatField(default=1.0, validators=[at_least_one])
     forecast_quantile = models.FloatField(
         default=0.9,

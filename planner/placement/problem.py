@@ -19,6 +19,8 @@ from typing import Final, Literal, cast
 from planner.errors import PlannerInputError
 
 PROBLEM_FORMAT: Final = "placement-problem/v1"
+# The solution document's version string (``planner.placement.solver`` writes it).
+SOLUTION_FORMAT: Final = "placement-solution/v1"
 
 Promise = Literal["none", "n+1", "zone"]
 PROMISES: Final[tuple[Promise, ...]] = ("none", "n+1", "zone")

@@ -17,8 +17,8 @@ from controlplane.plans import demand, services
 from controlplane.plans.conf import replan_settings
 from controlplane.plans.demand import RateHistory, demand_forecast, forecast_anchor
 from controlplane.plans.models import Plan, ReplanRun
+from controlplane.plans.problem import problem_export
 from controlplane.policies.models import Tier, WorkloadProfile
-from controlplane.scenarios.services import problem_export
 from planner.placement.verify import verify
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan
 

@@ -19,13 +19,13 @@ from controlplane.core.roles import FINANCE, POLICY_ADMIN
 from controlplane.fleet.models import CapacityFigure
 from controlplane.plans import services
 from controlplane.plans.models import Plan, PlanAllocation, PlanRouting, ReplanRun
+from controlplane.plans.problem import problem_export
 from controlplane.plans.services import (
     plan_activate,
     plan_approve,
     plan_reject,
     problem_inputs_hash,
 )
-from controlplane.scenarios.services import problem_export
 from planner.placement.verify import verify
 from tests.controlplane.conftest import make_user
 from tests.controlplane.plans_helpers import (
