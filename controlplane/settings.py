@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "controlplane.telemetry",
     "controlplane.benchmarks",
     "controlplane.emission",
+    "controlplane.pipeline",
 ]
 
 MIDDLEWARE = [

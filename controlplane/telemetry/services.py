@@ -35,10 +35,10 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
+from controlplane.core.schedule import ScheduledTask
 from controlplane.fleet.models import LlmModel, Region, WorkloadClass
 from controlplane.fleet.selectors import planning_target_utilization
 from controlplane.policies.models import Tenant, WorkloadProfile
-from controlplane.schedule import ScheduledTask
 from controlplane.telemetry import histograms, selectors
 from controlplane.telemetry.conf import (
     DriftThresholds,

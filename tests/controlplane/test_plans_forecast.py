@@ -197,25 +197,6 @@ def test_a_plan_prices_the_bands_edges_and_says_how_demand_was_sized(
     assert Plan.objects.count() == 1
 
 
-def test_the_telemetry_seam_reads_the_selector_when_there_is_one(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    selectors = pytest.importorskip("controlplane.telemetry.selectors")
-    monkeypatch.delattr(selectors, "request_rate_history", raising=False)
-    assert demand.rate_history(start=NOW - timedelta(days=1), end=NOW) is None
-
-    expected = _history()
-    seen: dict[str, datetime] = {}
-
-    def fake(*, start: datetime, end: datetime) -> RateHistory:
-        seen.update(start=start, end=end)
-        return expected
-
-    monkeypatch.setattr(selectors, "request_rate_history", fake, raising=False)
-    assert demand.rate_history(start=NOW - timedelta(days=1), end=NOW) is expected
-    assert seen == {"start": NOW - timedelta(days=1), "end": NOW}
-
-
 @pytest.mark.parametrize("value", [0.0, 1.0, -0.1, 1.5, float("nan"), float("inf")])
 def test_a_tiers_forecast_quantile_must_lie_strictly_between_0_and_1(value: float) -> None:
     tier = Tier(name="gold", p95_ttft_slo_s=1.0, forecast_quantile=value)
