@@ -30,7 +30,7 @@ from tests.controlplane.telemetry_fakes import FakePrometheus, fake_prometheus
 
 pytestmark = pytest.mark.django_db
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 W = 300
 T0 = datetime(2025, 3, 7, 9, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
