@@ -12,10 +12,11 @@ link follows. Two paths make the same decisions:
   the same windows (``derivation_window``), re-plans (trigger ``drift`` when alerts were
   raised), and emits in this process, returning a ``PipelineReport``.
 
-Derivation windows end on the hour (and the bucket grid) of the newest pulled data and span
-``HEADROOM_TELEMETRY_PROFILE_WINDOW_S``; a window derived before is not derived again. So a
-pull every bucket derives once an hour, and running the command again within the hour pulls
-nothing, derives nothing and makes no new plan.
+A derivation window is ``HEADROOM_TELEMETRY_PROFILE_WINDOW_S`` long and ends at the newest
+pulled data (``derivation_window``); a window derived before is not derived again. The command
+pulls up to the last whole hour, so running it again within the hour pulls nothing, derives
+nothing and makes no new plan; the schedule derives after each pull that stored new samples,
+and its hourly derivation only when a pull left a window underived.
 """
 
 from __future__ import annotations
@@ -84,8 +85,8 @@ def on_the_hour(moment: datetime, *, bucket_s: int) -> datetime:
 def derivation_window(
     *, end: datetime, conf: TelemetrySettings, not_before: datetime | None = None
 ) -> tuple[datetime, datetime]:
-    """The profile window that ends at ``end`` (on the hour): ``profile_window_s`` long, and
-    starting no earlier than ``not_before`` when given."""
+    """The profile window that ends at ``end``: ``profile_window_s`` long, and starting no
+    earlier than ``not_before`` when given (the command's simulated drift)."""
     start = end - timedelta(seconds=conf.profile_window_s)
     if not_before is not None:
         start = max(start, not_before)
@@ -102,21 +103,21 @@ def derived_before(*, start: datetime, end: datetime) -> bool:
 def after_pull(*, pull: TelemetryPull) -> tuple[datetime, datetime] | None:
     """The window to derive after ``pull``, or None: only after a pull that succeeded and
     stored new samples (a window pulled again stores none), with
-    ``HEADROOM_TELEMETRY_DERIVE_AFTER_PULL`` on, for the window ending on the last whole
-    hour pulled, when that window was not derived before."""
+    ``HEADROOM_TELEMETRY_DERIVE_AFTER_PULL`` on, for the window ending at the newest pulled
+    bucket, when that window was not derived before."""
     if not telemetry.derivation_follows_pull(pull=pull):
         return None
     return due_derivation_window()
 
 
 def due_derivation_window() -> tuple[datetime, datetime] | None:
-    """The window ending on the last whole hour of pulled data, unless derived before (None
-    also when nothing was pulled yet)."""
+    """The window ending at the newest pulled bucket, unless derived before (None also when
+    nothing was pulled yet)."""
     conf = telemetry_settings()
     pulled = telemetry_selectors.last_pulled_until(bucket_s=conf.bucket_s)
     if pulled is None:
         return None
-    start, end = derivation_window(end=on_the_hour(pulled, bucket_s=conf.bucket_s), conf=conf)
+    start, end = derivation_window(end=pulled, conf=conf)
     if derived_before(start=start, end=end):
         return None
     return start, end

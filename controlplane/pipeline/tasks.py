@@ -6,10 +6,9 @@ follows in ``controlplane.pipeline.services``. Beat runs both on the schedule
 entries name.
 
 A pull that stored new samples enqueues a derivation of the window ``after_pull`` names (the
-profile window ending on the last whole hour pulled, unless derived before); a derivation
-that raised drift alerts requests a re-plan (``after_derivation``). The hourly derivation
-without bounds derives that same window, so the schedule never derives an overlapping window
-per pull.
+profile window ending at the newest pulled bucket, unless derived before); a derivation that
+raised drift alerts requests a re-plan (``after_derivation``). The hourly derivation without
+bounds derives that same window, and nothing when it was derived already.
 
 A pull that meets Prometheus down, slow or answering garbage has already saved a failed
 ``TelemetryPull`` report and stored nothing; the task is then retried with exponential backoff

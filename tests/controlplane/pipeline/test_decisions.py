@@ -36,18 +36,22 @@ def _pulled(end: datetime, samples: int = 10) -> TelemetryPull:
     )
 
 
-def test_windows_end_on_the_last_whole_hour_pulled_and_are_derived_once() -> None:
-    # Pulls at 10:05, 10:10 ... 10:55 all name the window 09:00-10:00: one derivation an
-    # hour, not one per pull.
+def test_a_pull_derives_the_window_ending_at_it_once() -> None:
     first = _pulled(T0 + HOUR + timedelta(minutes=5))
-    assert pipeline.after_pull(pull=first) == (T0, T0 + HOUR)
-    ProfileDerivation.objects.create(
-        window_start=T0, window_end=T0 + HOUR, status=RunStatus.SUCCEEDED
+    assert pipeline.after_pull(pull=first) == (
+        T0 + timedelta(minutes=5),
+        T0 + HOUR + timedelta(minutes=5),
     )
-    later = _pulled(T0 + HOUR + timedelta(minutes=55))
-    assert pipeline.after_pull(pull=later) is None
-    next_hour = _pulled(T0 + 2 * HOUR)
-    assert pipeline.after_pull(pull=next_hour) == (T0 + HOUR, T0 + 2 * HOUR)
+    ProfileDerivation.objects.create(
+        window_start=T0 + timedelta(minutes=5),
+        window_end=T0 + HOUR + timedelta(minutes=5),
+        status=RunStatus.SUCCEEDED,
+    )
+    # The same pull delivered again (or the hourly derivation): nothing new to derive.
+    assert pipeline.after_pull(pull=first) is None
+    assert pipeline.due_derivation_window() is None
+    later = _pulled(T0 + 2 * HOUR)
+    assert pipeline.after_pull(pull=later) == (T0 + HOUR, T0 + 2 * HOUR)
 
 
 def test_a_failed_derivation_is_tried_again_and_an_empty_pull_derives_nothing() -> None:
@@ -57,11 +61,13 @@ def test_a_failed_derivation_is_tried_again_and_an_empty_pull_derives_nothing() 
     assert pipeline.after_pull(pull=_pulled(T0 + HOUR, samples=0)) is None
 
 
-def test_the_command_derives_the_same_window_as_the_schedule() -> None:
+def test_the_command_and_the_schedule_derive_the_same_window() -> None:
+    # The command pulls up to the last whole hour; the schedule's window ending at that pull
+    # is the command's last window.
     conf = telemetry_settings()
     end = pipeline.on_the_hour(T0 + HOUR + timedelta(minutes=37), bucket_s=conf.bucket_s)
     assert end == T0 + HOUR
-    _pulled(T0 + HOUR + timedelta(minutes=35))
+    _pulled(end)
     assert pipeline.derivation_window(end=end, conf=conf) == pipeline.due_derivation_window()
     # The simulated drift may start inside the window: the command's last window starts there.
     split = T0 + timedelta(minutes=30)
