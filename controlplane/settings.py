@@ -12,7 +12,8 @@ from pathlib import Path
 
 import dj_database_url
 
-from controlplane.env import envbool, envint, envlist, envnetworks, envsecret, envstr
+from controlplane.core.conf import envbool, envint, envlist, envnetworks, envsecret, envstr
+from planner.placement.problem import DEFAULT_TARGET_UTILIZATION
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("HEADROOM_VAR_DIR", str(BASE_DIR / "var")))
@@ -47,6 +48,7 @@ INSTALLED_APPS = [
     "controlplane.telemetry",
     "controlplane.benchmarks",
     "controlplane.emission",
+    "controlplane.pipeline",
     "axes",
 ]
 
@@ -119,7 +121,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["controlplane.api.permissions.RolePermission"],
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.core.roles.RolePermission"],
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
@@ -201,7 +203,9 @@ AXES_VERBOSE = False
 # Capacity figures older than this are stale: plans built on them are flagged.
 HEADROOM_CAPACITY_MAX_AGE_DAYS = envint("HEADROOM_CAPACITY_MAX_AGE_DAYS", 30)
 # Planning utilisation of a shape that sets none.
-HEADROOM_DEFAULT_TARGET_UTILIZATION = float(envstr("HEADROOM_DEFAULT_TARGET_UTILIZATION", "0.7"))
+HEADROOM_DEFAULT_TARGET_UTILIZATION = float(
+    envstr("HEADROOM_DEFAULT_TARGET_UTILIZATION", str(DEFAULT_TARGET_UTILIZATION))
+)
 # The job pipeline: a telemetry pull that stored samples enqueues a profile derivation, and a
 # derivation that raised new drift alerts requests a re-plan (trigger "drift"). Turn either
 # off to run the steps on their own schedules only.

@@ -21,8 +21,8 @@ from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
-from controlplane.api.parsers import StrictJSONParser
 from controlplane.core.clients import client_address
+from controlplane.core.parsers import StrictJSONParser
 
 
 class PasswordGuessThrottle(AnonRateThrottle):

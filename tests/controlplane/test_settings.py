@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from controlplane import env
+from controlplane.core import conf as env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,7 +56,7 @@ def test_env_helpers_fail_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ImproperlyConfigured, match="HEADROOM_X must be a boolean"):
         env.envbool("HEADROOM_X", False)
     monkeypatch.setenv("HEADROOM_X", "ten")
-    with pytest.raises(ImproperlyConfigured, match="HEADROOM_X must be an integer"):
+    with pytest.raises(ImproperlyConfigured, match="HEADROOM_X must be a whole number"):
         env.envint("HEADROOM_X", 1)
     monkeypatch.setenv("HEADROOM_X", "a, b,,c")
     assert env.envlist("HEADROOM_X", []) == ["a", "b", "c"]
