@@ -36,11 +36,12 @@ from controlplane.benchmarks.serializers import (
     FreshnessSerializer,
 )
 from controlplane.core.api import QueryGuardMixin, ReadOnlyViewSet, RecordPagination
+from controlplane.core.filters import StrictFilterSet
 from controlplane.core.parsers import StrictJSONParser
 from controlplane.core.roles import ROLES, RolePermission
 
 
-class BenchmarkRunFilter(django_filters.FilterSet):  # type: ignore[misc]
+class BenchmarkRunFilter(StrictFilterSet):  # type: ignore[misc]
     shape = django_filters.CharFilter(field_name="shape__name")
 
     class Meta:
@@ -93,7 +94,7 @@ class BenchmarkRunViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
         )
 
 
-class BenchmarkEndpointFilter(django_filters.FilterSet):  # type: ignore[misc]
+class BenchmarkEndpointFilter(StrictFilterSet):  # type: ignore[misc]
     shape = django_filters.CharFilter(field_name="shape__name")
 
     class Meta:

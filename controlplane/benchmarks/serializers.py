@@ -11,6 +11,7 @@ from controlplane.api.serializers import REVISION_FIELDS, RevisionedSerializer
 from controlplane.benchmarks import selectors
 from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun
 from controlplane.benchmarks.selectors import Freshness
+from controlplane.core.serializers import StrictFieldsMixin
 from controlplane.fleet.models import ReplicaShape
 
 
@@ -47,7 +48,7 @@ class BenchmarkRunSerializer(serializers.ModelSerializer[BenchmarkRun]):
         read_only_fields = fields
 
 
-class BenchmarkRequestSerializer(serializers.Serializer[Any]):
+class BenchmarkRequestSerializer(StrictFieldsMixin, serializers.Serializer[Any]):
     """The body of ``POST /api/benchmarks/runs/``: the shape to measure, by name, and the
     kind of run (an endpoint load test needs the shape's enabled benchmark endpoint)."""
 
@@ -72,13 +73,6 @@ class BenchmarkRequestSerializer(serializers.Serializer[Any]):
                 }
             )
         return attrs
-
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(str(key) for key in data if key not in self.fields)
-            if unknown:
-                raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
-        return super().to_internal_value(data)
 
 
 class FreshnessSerializer(serializers.Serializer[Freshness]):

@@ -22,6 +22,7 @@ from rest_framework.response import Response
 from controlplane.api.serializers import RecordSerializer
 from controlplane.api.viewsets import RecordViewSet
 from controlplane.core.api import ReadOnlyViewSet, StableOrderingFilter
+from controlplane.core.filters import StrictFilterSet
 from controlplane.emission import services
 from controlplane.emission.models import AllocationSink, DeliveryAttempt, OutboxEntry
 
@@ -70,7 +71,7 @@ class AllocationSinkSerializer(RecordSerializer):
         return value
 
 
-class SinkFilter(django_filters.FilterSet):
+class SinkFilter(StrictFilterSet):
     class Meta:
         model = AllocationSink
         fields = ("kind", "enabled")
@@ -133,7 +134,7 @@ class OutboxEntryDetailSerializer(OutboxEntrySerializer):
         read_only_fields = fields
 
 
-class OutboxFilter(django_filters.FilterSet):
+class OutboxFilter(StrictFilterSet):
     plan_version = django_filters.NumberFilter(field_name="plan__version")
 
     class Meta:
