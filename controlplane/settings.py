@@ -10,8 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
 
 from controlplane.env import envbool, envint, envlist, envsecret, envstr
+
+# Lets the admin and form classes take type arguments at run time (``TabularInline[Zone]``),
+# as django-stubs declares them.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("HEADROOM_VAR_DIR", str(BASE_DIR / "var")))
