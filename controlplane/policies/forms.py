@@ -10,7 +10,7 @@ Two checks the models cannot make on their own:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -18,8 +18,10 @@ from django.db.models import F
 
 from controlplane.policies.models import Revisioned, Tenant, validate_residency_regions
 
+_RevisionedT = TypeVar("_RevisionedT", bound=Revisioned)
 
-class RevisionCheckedForm(forms.ModelForm):  # type: ignore[type-arg]
+
+class RevisionCheckedForm(forms.ModelForm[_RevisionedT]):
     """A form for a ``Revisioned`` record that refuses to overwrite someone else's change.
 
     The revision the editor saw travels in a hidden field. On save the row is locked (inside
@@ -28,8 +30,6 @@ class RevisionCheckedForm(forms.ModelForm):  # type: ignore[type-arg]
     """
 
     expected_revision = forms.IntegerField(widget=forms.HiddenInput, required=False)
-
-    instance: Revisioned
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -75,7 +75,7 @@ class RevisionCheckedForm(forms.ModelForm):  # type: ignore[type-arg]
         return cleaned
 
 
-class TenantAdminForm(RevisionCheckedForm):
+class TenantAdminForm(RevisionCheckedForm[Tenant]):
     """Tenant form that also checks the residency region list against home region and
     geography, naming the regions at fault."""
 
