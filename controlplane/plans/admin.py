@@ -39,7 +39,7 @@ class ReadOnlyAdminMixin:
         return False
 
 
-class PlanAllocationInline(ReadOnlyAdminMixin, admin.TabularInline):  # type: ignore[type-arg]
+class PlanAllocationInline(ReadOnlyAdminMixin, admin.TabularInline[PlanAllocation, Plan]):
     model = PlanAllocation
     fields: ClassVar[tuple[str, ...]] = (
         "region",
@@ -60,7 +60,7 @@ def _pretty_json(value: Any) -> str:
 
 
 @admin.register(Plan)
-class PlanAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class PlanAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[Plan]):
     list_display = [
         "version",
         "state",
@@ -202,7 +202,7 @@ class PlanAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(ReplanRun)
-class ReplanRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class ReplanRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ReplanRun]):
     list_display = [
         "id",
         "status",

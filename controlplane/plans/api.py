@@ -38,13 +38,13 @@ from controlplane.plans.serializers import (
 ID_PATTERN = "[0-9]{1,18}"
 
 
-class PlanFilter(django_filters.FilterSet):  # type: ignore[misc]
+class PlanFilter(django_filters.FilterSet):
     class Meta:
         model = Plan
         fields = ("state", "solver_status", "trigger")
 
 
-class ReplanRunFilter(django_filters.FilterSet):  # type: ignore[misc]
+class ReplanRunFilter(django_filters.FilterSet):
     class Meta:
         model = ReplanRun
         fields = ("status", "trigger")
