@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django import forms
 from django.contrib import admin, messages
@@ -15,7 +15,7 @@ from controlplane.emission import services
 from controlplane.emission.models import AllocationSink, DeliveryAttempt, OutboxEntry
 
 
-class AllocationSinkForm(forms.ModelForm):
+class AllocationSinkForm(forms.ModelForm[AllocationSink]):
     """The secret is never rendered back; leaving it empty keeps the current one."""
 
     url = forms.URLField(
@@ -100,7 +100,8 @@ class AllocationSinkAdmin(SimpleHistoryAdmin):
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)
-        if obj is None or self.has_change_permission(request, obj):
+        # SimpleHistoryAdmin overrides the permission checks without annotations.
+        if obj is None or self.has_change_permission(request, obj):  # type: ignore[no-untyped-call]
             return fieldsets
         # A view-only page renders every field's value as text: leave the secret out.
         hidden = {"secret", "clear_secret"}
@@ -110,23 +111,20 @@ class AllocationSinkAdmin(SimpleHistoryAdmin):
         ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AllocationSink]:
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                _pending=Count(
-                    "outbox_entries",
-                    filter=Q(
-                        outbox_entries__status__in=[
-                            OutboxEntry.Status.PENDING,
-                            OutboxEntry.Status.DELIVERING,
-                        ]
-                    ),
+        rows: QuerySet[AllocationSink] = super().get_queryset(request)
+        return rows.annotate(
+            _pending=Count(
+                "outbox_entries",
+                filter=Q(
+                    outbox_entries__status__in=[
+                        OutboxEntry.Status.PENDING,
+                        OutboxEntry.Status.DELIVERING,
+                    ]
                 ),
-                _failed=Count(
-                    "outbox_entries", filter=Q(outbox_entries__status=OutboxEntry.Status.FAILED)
-                ),
-            )
+            ),
+            _failed=Count(
+                "outbox_entries", filter=Q(outbox_entries__status=OutboxEntry.Status.FAILED)
+            ),
         )
 
     @admin.display(description="destination")
@@ -142,9 +140,9 @@ class AllocationSinkAdmin(SimpleHistoryAdmin):
         return int(getattr(sink, "_failed", 0))
 
 
-class DeliveryAttemptInline(admin.TabularInline):
+class DeliveryAttemptInline(admin.TabularInline[DeliveryAttempt, OutboxEntry]):
     model = DeliveryAttempt
-    fields = [
+    fields: ClassVar[tuple[str, ...]] = (
         "number",
         "outcome",
         "status_code",
@@ -152,7 +150,7 @@ class DeliveryAttemptInline(admin.TabularInline):
         "finished_at",
         "dispatcher",
         "error",
-    ]
+    )
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -166,7 +164,7 @@ class DeliveryAttemptInline(admin.TabularInline):
 
 
 @admin.register(OutboxEntry)
-class OutboxEntryAdmin(admin.ModelAdmin):
+class OutboxEntryAdmin(admin.ModelAdmin[OutboxEntry]):
     list_display = [
         "plan_version",
         "sink",
@@ -181,7 +179,7 @@ class OutboxEntryAdmin(admin.ModelAdmin):
     search_fields = ["idempotency_key", "region"]
     list_select_related = ["plan", "sink"]
     date_hierarchy = "created_at"
-    readonly_fields = [
+    readonly_fields: ClassVar[tuple[str, ...]] = (
         "plan",
         "sink",
         "region",
@@ -197,7 +195,7 @@ class OutboxEntryAdmin(admin.ModelAdmin):
         "created_at",
         "updated_at",
         "payload",
-    ]
+    )
     fields = readonly_fields
     inlines = [DeliveryAttemptInline]
     actions = ["retry_now"]

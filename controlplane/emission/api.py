@@ -83,7 +83,7 @@ class AllocationSinkViewSet(RecordViewSet):
     ordering_fields = ("id", "name", "kind", "enabled")
 
 
-class DeliveryAttemptSerializer(serializers.ModelSerializer):
+class DeliveryAttemptSerializer(serializers.ModelSerializer[DeliveryAttempt]):
     class Meta:
         model = DeliveryAttempt
         fields = (
@@ -97,13 +97,13 @@ class DeliveryAttemptSerializer(serializers.ModelSerializer):
         )
 
 
-class OutboxEntrySerializer(serializers.ModelSerializer):
+class OutboxEntrySerializer(serializers.ModelSerializer[OutboxEntry]):
     plan_version = serializers.IntegerField(source="plan.version", read_only=True)
     sink_name = serializers.CharField(source="sink.name", read_only=True)
 
     class Meta:
         model = OutboxEntry
-        fields = (
+        fields: tuple[str, ...] = (
             "id",
             "plan",
             "plan_version",
@@ -140,7 +140,7 @@ class OutboxFilter(django_filters.FilterSet):
         fields = ("status", "sink", "plan", "region")
 
 
-class OutboxEntryViewSet(viewsets.ReadOnlyModelViewSet):
+class OutboxEntryViewSet(viewsets.ReadOnlyModelViewSet[OutboxEntry]):
     """Outbox rows, newest first; ``?status=failed`` lists what needs attention."""
 
     permission_classes = [RolePermission]
