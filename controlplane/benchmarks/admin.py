@@ -8,7 +8,7 @@ of the selected shapes, through the same service the API and the schedule use.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from django import forms
 from django.contrib import admin, messages
@@ -28,7 +28,7 @@ def _pretty(value: Any) -> str:
 
 
 @admin.register(BenchmarkRun)
-class BenchmarkRunAdmin(SimpleHistoryAdmin):  # type: ignore[type-arg]
+class BenchmarkRunAdmin(SimpleHistoryAdmin):
     list_display = [
         "id",
         "requested_at",
@@ -44,7 +44,7 @@ class BenchmarkRunAdmin(SimpleHistoryAdmin):  # type: ignore[type-arg]
     search_fields = ["shape__name", "reason", "error", "task_id"]
     date_hierarchy = "requested_at"
     list_select_related = ["shape"]
-    fields = [
+    fields: ClassVar[tuple[str, ...]] = (
         "shape",
         "kind",
         "status",
@@ -63,7 +63,7 @@ class BenchmarkRunAdmin(SimpleHistoryAdmin):  # type: ignore[type-arg]
         "hardware_pretty",
         "software_pretty",
         "results_pretty",
-    ]
+    )
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -105,7 +105,7 @@ class BenchmarkRunAdmin(SimpleHistoryAdmin):  # type: ignore[type-arg]
         return _pretty(obj.results)
 
 
-class BenchmarkEndpointForm(RevisionCheckedForm):
+class BenchmarkEndpointForm(RevisionCheckedForm[BenchmarkEndpoint]):
     # In-cluster replicas usually speak plain HTTP: a host typed without a scheme gets http://.
     base_url = forms.URLField(
         max_length=500,
@@ -230,7 +230,9 @@ class ShapeFreshnessAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         self._queue(request, queryset, BenchmarkRun.Kind.ENDPOINT)
 
     def _queue(self, request: HttpRequest, queryset: QuerySet[ShapeFreshness], kind: str) -> None:
-        queued, kept, without = [], [], []
+        queued: list[str] = []
+        kept: list[str] = []
+        without: list[str] = []
         with_endpoint = selectors.enabled_endpoint_shape_ids()
         for shape in queryset.select_related("model", "accelerator"):
             if kind == BenchmarkRun.Kind.ENDPOINT and shape.pk not in with_endpoint:

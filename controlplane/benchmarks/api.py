@@ -43,7 +43,7 @@ from controlplane.benchmarks.serializers import (
 ID_PATTERN = "[0-9]{1,18}"
 
 
-class BenchmarkRunFilter(django_filters.FilterSet):  # type: ignore[misc]
+class BenchmarkRunFilter(django_filters.FilterSet):
     shape = django_filters.CharFilter(field_name="shape__name")
 
     class Meta:
@@ -102,7 +102,7 @@ class BenchmarkRunViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
         )
 
 
-class BenchmarkEndpointFilter(django_filters.FilterSet):  # type: ignore[misc]
+class BenchmarkEndpointFilter(django_filters.FilterSet):
     shape = django_filters.CharFilter(field_name="shape__name")
 
     class Meta:
@@ -137,6 +137,9 @@ class FreshnessViewSet(viewsets.GenericViewSet[Any]):
     )
     def list(self, request: Request) -> Response:
         rows = selectors.shapes_freshness()
+        # The rows are a list, which the paginator takes as it takes a queryset; the stubs
+        # accept only a queryset, and type a serializer's instance as one object even with
+        # many=True.
         page = self.paginate_queryset(rows)  # type: ignore[arg-type]
-        data = FreshnessSerializer(page if page is not None else rows, many=True).data
+        data = FreshnessSerializer(page if page is not None else rows, many=True).data  # type: ignore[arg-type]
         return self.get_paginated_response(data) if page is not None else Response(data)

@@ -52,7 +52,7 @@ class BenchmarkSettings:
 def _read(name: str, parse: Callable[[str], T], default: T) -> T:
     if hasattr(settings, name):
         value: Any = getattr(settings, name)
-        return parse(value) if isinstance(value, str) else value  # type: ignore[no-any-return]
+        return parse(value) if isinstance(value, str) else value
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
