@@ -7,7 +7,7 @@ acknowledging alerts, through the same service the API uses.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
@@ -25,7 +25,7 @@ from controlplane.telemetry.models import (
 )
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ReadOnlyAdmin(admin.ModelAdmin[Any]):
     """View only: the pipeline writes these rows."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -60,9 +60,9 @@ class TelemetryPullAdmin(ReadOnlyAdmin):
         return obj.error[:120]
 
 
-class ObservedWorkloadInline(admin.TabularInline):  # type: ignore[type-arg]
+class ObservedWorkloadInline(admin.TabularInline[ObservedWorkload, ProfileDerivation]):
     model = ObservedWorkload
-    fields: list[str] = [
+    fields: ClassVar[tuple[str, ...]] = (
         "tenant",
         "model",
         "region",
@@ -75,7 +75,7 @@ class ObservedWorkloadInline(admin.TabularInline):  # type: ignore[type-arg]
         "prefix_cache_hit_rate",
         "ttft_p95_s",
         "residence_s",
-    ]
+    )
     readonly_fields = list(fields)
     extra = 0
     can_delete = False
@@ -180,7 +180,8 @@ class DriftAlertAdmin(SimpleHistoryAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # "Change" means acknowledging, from the list; an alert's own page only shows it.
-        return obj is None and super().has_change_permission(request, obj)
+        # SimpleHistoryAdmin overrides the permission checks without annotations.
+        return obj is None and super().has_change_permission(request, obj)  # type: ignore[no-untyped-call]
 
     @admin.display(description="replicas")
     def replica_impact(self, obj: DriftAlert) -> str:
