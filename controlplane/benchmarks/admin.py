@@ -8,6 +8,7 @@ of the selected shapes, through the same service the API and the schedule use.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any, ClassVar
 
 from django import forms
@@ -149,7 +150,7 @@ class BenchmarkEndpointAdmin(RevisionedAdmin):
 
 
 @admin.register(ShapeFreshness)
-class ShapeFreshnessAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ShapeFreshnessAdmin(admin.ModelAdmin[ShapeFreshness]):
     list_display = [
         "name",
         "model",
@@ -183,16 +184,17 @@ class ShapeFreshnessAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         cached: selectors.Freshness | None = getattr(obj, "_freshness", None)
         if cached is None:
             (cached,) = selectors.shapes_freshness([obj])
+            # A per-request cache on the row object, which the model does not declare.
             obj._freshness = cached  # type: ignore[attr-defined]
         return cached
 
     @admin.display(description="measured at")
-    def measured_at(self, obj: ShapeFreshness) -> Any:
+    def measured_at(self, obj: ShapeFreshness) -> datetime | None:
         figure = self._freshness(obj).figure
         return figure.measured_at if figure is not None else None
 
     @admin.display(description="age (days)")
-    def age_days(self, obj: ShapeFreshness) -> Any:
+    def age_days(self, obj: ShapeFreshness) -> float | None:
         return self._freshness(obj).age_days
 
     @admin.display(description="fresh", boolean=True)
