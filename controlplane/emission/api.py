@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
+from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
@@ -164,13 +165,13 @@ class OutboxEntryViewSet(viewsets.ReadOnlyModelViewSet[OutboxEntry]):
                     {key.replace("\x00", ""): ["Query parameters may not contain NUL."]}
                 )
 
-    def get_queryset(self) -> Any:
+    def get_queryset(self) -> QuerySet[OutboxEntry]:
         queryset = super().get_queryset()
         if self.action == "retrieve":
             queryset = queryset.prefetch_related("attempt_log")
         return queryset
 
-    def get_serializer_class(self) -> Any:
+    def get_serializer_class(self) -> type[OutboxEntrySerializer]:
         if self.action in ("retrieve", "retry"):
             return OutboxEntryDetailSerializer
         return OutboxEntrySerializer
