@@ -7,7 +7,7 @@ acknowledging alerts, through the same service the API uses.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
@@ -15,6 +15,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from simple_history.admin import SimpleHistoryAdmin
 
+from controlplane.core.admin import ListActionsOnlyAdminMixin, ReadOnlyAdmin, ReadOnlyAdminMixin
 from controlplane.telemetry import services
 from controlplane.telemetry.models import (
     DriftAlert,
@@ -23,19 +24,6 @@ from controlplane.telemetry.models import (
     TelemetryPull,
     TelemetrySeries,
 )
-
-
-class ReadOnlyAdmin(admin.ModelAdmin[Any]):
-    """View only: the pipeline writes these rows."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(TelemetryPull)
@@ -60,7 +48,9 @@ class TelemetryPullAdmin(ReadOnlyAdmin):
         return obj.error[:120]
 
 
-class ObservedWorkloadInline(admin.TabularInline[ObservedWorkload, ProfileDerivation]):
+class ObservedWorkloadInline(
+    ReadOnlyAdminMixin, admin.TabularInline[ObservedWorkload, ProfileDerivation]
+):
     model = ObservedWorkload
     fields: ClassVar[tuple[str, ...]] = (
         "tenant",
@@ -80,9 +70,6 @@ class ObservedWorkloadInline(admin.TabularInline[ObservedWorkload, ProfileDeriva
     extra = 0
     can_delete = False
     show_change_link = True
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(ProfileDerivation)
@@ -132,7 +119,9 @@ class TelemetrySeriesAdmin(ReadOnlyAdmin):
 
 
 @admin.register(DriftAlert)
-class DriftAlertAdmin(SimpleHistoryAdmin):
+class DriftAlertAdmin(ListActionsOnlyAdminMixin, SimpleHistoryAdmin):
+    """ "Change" means acknowledging, from the list; an alert's own page only shows it."""
+
     list_display = [
         "last_seen_at",
         "status",
@@ -171,17 +160,6 @@ class DriftAlertAdmin(SimpleHistoryAdmin):
         "acknowledged_by",
         "resolved_at",
     ]
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # "Change" means acknowledging, from the list; an alert's own page only shows it.
-        # SimpleHistoryAdmin overrides the permission checks without annotations.
-        return obj is None and super().has_change_permission(request, obj)  # type: ignore[no-untyped-call]
 
     @admin.display(description="replicas")
     def replica_impact(self, obj: DriftAlert) -> str:
