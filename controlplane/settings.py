@@ -11,9 +11,14 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
 
 from controlplane.core.conf import envbool, envint, envlist, envnetworks, envsecret, envstr
 from planner.placement.problem import DEFAULT_TARGET_UTILIZATION
+
+# Lets the admin and form classes take type arguments at run time (``TabularInline[Zone]``),
+# as django-stubs declares them.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("HEADROOM_VAR_DIR", str(BASE_DIR / "var")))

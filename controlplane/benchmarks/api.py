@@ -41,7 +41,7 @@ from controlplane.core.parsers import StrictJSONParser
 from controlplane.core.roles import ROLES, RolePermission
 
 
-class BenchmarkRunFilter(StrictFilterSet):  # type: ignore[misc]
+class BenchmarkRunFilter(StrictFilterSet):
     shape = django_filters.CharFilter(field_name="shape__name")
 
     class Meta:
@@ -94,7 +94,7 @@ class BenchmarkRunViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
         )
 
 
-class BenchmarkEndpointFilter(StrictFilterSet):  # type: ignore[misc]
+class BenchmarkEndpointFilter(StrictFilterSet):
     shape = django_filters.CharFilter(field_name="shape__name")
 
     class Meta:
@@ -129,6 +129,9 @@ class FreshnessViewSet(QueryGuardMixin, viewsets.GenericViewSet[Any]):
     )
     def list(self, request: Request) -> Response:
         rows = selectors.shapes_freshness()
+        # The rows are a list, which the paginator takes as it takes a queryset; the stubs
+        # accept only a queryset, and type a serializer's instance as one object even with
+        # many=True.
         page = self.paginate_queryset(rows)  # type: ignore[arg-type]
-        data = FreshnessSerializer(page if page is not None else rows, many=True).data
+        data = FreshnessSerializer(page if page is not None else rows, many=True).data  # type: ignore[arg-type]
         return self.get_paginated_response(data) if page is not None else Response(data)

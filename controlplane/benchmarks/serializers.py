@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import User
 from rest_framework import serializers
 
 from controlplane.api.serializers import REVISION_FIELDS, RevisionedSerializer
@@ -16,10 +17,17 @@ from controlplane.fleet.models import ReplicaShape
 
 
 class BenchmarkRunSerializer(serializers.ModelSerializer[BenchmarkRun]):
-    shape = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    shape: serializers.SlugRelatedField[ReplicaShape] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    requested_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     duration_s = serializers.FloatField(read_only=True, allow_null=True)
-    figures = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    # What PrimaryKeyRelatedField(many=True, read_only=True) builds, spelled out for the type.
+    figures = serializers.ManyRelatedField(
+        child_relation=serializers.PrimaryKeyRelatedField(read_only=True), read_only=True
+    )
 
     class Meta:
         model = BenchmarkRun

@@ -20,10 +20,14 @@ _TRUE = {"true", "1"}
 _FALSE = {"false", "0"}
 
 
-class StrictBooleanField(forms.Field):
+class StrictBooleanField(forms.NullBooleanField):
+    # A plain text widget hands over the raw value: NullBooleanSelect maps what it does not
+    # know to None before the field could refuse it.
+    widget = forms.TextInput
     default_error_messages = {"invalid": "Use true or false, not %(value)r."}
 
-    def to_python(self, value: Any) -> bool | None:
+    # The stubs give NullBooleanField BooleanField's "-> bool"; Django's own returns None too.
+    def to_python(self, value: Any) -> bool | None:  # type: ignore[override]
         if value in (None, ""):
             return None
         text = str(value).strip().lower()

@@ -85,7 +85,7 @@ class AllocationSinkViewSet(RecordViewSet):
     ordering_fields = ("id", "name", "kind", "enabled")
 
 
-class DeliveryAttemptSerializer(serializers.ModelSerializer):
+class DeliveryAttemptSerializer(serializers.ModelSerializer[DeliveryAttempt]):
     class Meta:
         model = DeliveryAttempt
         fields = (
@@ -99,13 +99,13 @@ class DeliveryAttemptSerializer(serializers.ModelSerializer):
         )
 
 
-class OutboxEntrySerializer(serializers.ModelSerializer):
+class OutboxEntrySerializer(serializers.ModelSerializer[OutboxEntry]):
     plan_version = serializers.IntegerField(source="plan.version", read_only=True)
     sink_name = serializers.CharField(source="sink.name", read_only=True)
 
     class Meta:
         model = OutboxEntry
-        fields = (
+        fields: tuple[str, ...] = (
             "id",
             "plan",
             "plan_version",
@@ -158,7 +158,7 @@ class OutboxEntryViewSet(ReadOnlyViewSet):
             queryset = queryset.prefetch_related("attempt_log")
         return queryset
 
-    def get_serializer_class(self) -> Any:
+    def get_serializer_class(self) -> type[OutboxEntrySerializer]:
         if self.action in ("retrieve", "retry"):
             return OutboxEntryDetailSerializer
         return OutboxEntrySerializer

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from django.db import OperationalError, connection, transaction
@@ -241,7 +242,7 @@ def outbox_dispatch(
     """
     conf = emission_settings()
     report = DispatchReport(dispatcher=_dispatcher_name())
-    clock = (lambda: now) if now is not None else timezone.now
+    clock: Callable[[], datetime] = (lambda: now) if now is not None else timezone.now
     candidates = _statement(
         lambda: list(
             OutboxEntry.objects.claimable(clock())
@@ -256,9 +257,7 @@ def outbox_dispatch(
         if not _claim(entry_id, claim=report.dispatcher, now=started, hold_s=hold_s):
             continue
         report.claimed += 1
-        entry = _statement(
-            lambda pk=entry_id: OutboxEntry.objects.select_related("sink").get(pk=pk)
-        )
+        entry = _statement(partial(OutboxEntry.objects.select_related("sink").get, pk=entry_id))
         try:
             result = sinks.deliver(
                 entry.sink,

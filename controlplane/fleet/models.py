@@ -363,7 +363,7 @@ class CapacityFigure(models.Model):
         indexes = [models.Index(fields=["shape", "workload_class", "-measured_at"])]
 
     def __str__(self) -> str:
-        cls = self.workload_class.name if self.workload_class_id else "all classes"
+        cls = self.workload_class.name if self.workload_class is not None else "all classes"
         return f"{self.shape} / {cls} @ {self.measured_at:%Y-%m-%d}"
 
     @property

@@ -33,13 +33,13 @@ from controlplane.plans.serializers import (
 # Ids are bigints: longer digit strings cannot name a row (and would overflow the lookup).
 
 
-class PlanFilter(StrictFilterSet):  # type: ignore[misc]
+class PlanFilter(StrictFilterSet):
     class Meta:
         model = Plan
         fields = ("state", "solver_status", "trigger")
 
 
-class ReplanRunFilter(StrictFilterSet):  # type: ignore[misc]
+class ReplanRunFilter(StrictFilterSet):
     class Meta:
         model = ReplanRun
         fields = ("status", "trigger")
