@@ -154,3 +154,16 @@ def test_routing_to_an_unknown_demand_keeps_the_plan_as_floor() -> None:
     routing = [*ROUTING, ("ghost/x", "ghost", "us", "m/gpu80x1", 1.0)]
     us = shapes_of(region_documents(snapshot(routing=routing))["us"])["m/gpu80x1"]
     assert us["standing_floor"] == us["replicas"] == 18
+
+
+def test_fractional_token_means_from_telemetry_keep_the_autoscaler_bounds() -> None:
+    # Telemetry-derived means are never whole; the document must still size the autoscaler
+    # (the plan's problem is read as the solver read it) rather than fall back to the plan.
+    problem = copy.deepcopy(PROBLEM)
+    problem["demands"][2]["output_tokens"] = 100.0000001
+    problem["demands"][2]["prompt_tokens"] = 0.29
+    us = region_documents(snapshot(problem))["us"]
+    assert us["sizing_note"] == ""
+    search = shapes_of(us)["m/gpu80x1"]
+    assert search["model"] == "m"
+    assert (search["standing_floor"], search["max_replicas"]) == (12, 40)
