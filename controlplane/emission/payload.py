@@ -143,7 +143,9 @@ def _loads(spec: SpecProblem, routing: Iterable[RoutingRow]) -> dict[tuple[str, 
     return loads
 
 
-def _floor(load: _Load, utilization: float, zones_in_use: int, max_concurrency: float | None) -> int:
+def _floor(
+    load: _Load, utilization: float, zones_in_use: int, max_concurrency: float | None
+) -> int:
     """The fewest replicas meeting the contract's hard constraints for the un-bursted load."""
     floors = [1, replicas_needed(load.all, 1.0, utilization)]
     if load.n_plus_1 > 0:
