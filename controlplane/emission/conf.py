@@ -15,8 +15,9 @@ that name, else the default below. A value that is present but malformed is an e
   timeout.
 - ``HEADROOM_EMISSION_BATCH`` (100): rows one dispatch run claims at most.
 - ``HEADROOM_KUBECTL`` (``kubectl``): the kubectl executable Kubernetes sinks apply with.
-- ``HEADROOM_HPA_METRIC`` (``llm_inflight_requests``): the per-pod metric (running + queued
-  requests) that the emitted autoscalers target; a metrics adapter must provide it.
+- ``HEADROOM_HPA_METRIC`` (``vllm_requests_in_flight``): the per-pod metric (vLLM's running +
+  waiting requests) that the emitted HorizontalPodAutoscalers target; prometheus-adapter
+  serves it with the rule shipped in ``deploy/prometheus-adapter/rules.yaml``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+
+# The name prometheus-adapter gives vLLM's running + waiting requests per pod
+# (deploy/prometheus-adapter/rules.yaml).
+DEFAULT_HPA_METRIC = "vllm_requests_in_flight"
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,7 @@ def emission_settings() -> EmissionSettings:
         raise ImproperlyConfigured(
             "HEADROOM_EMISSION_BACKOFF_MAX_S must be at least HEADROOM_EMISSION_BACKOFF_BASE_S"
         )
-    metric = _text("HEADROOM_HPA_METRIC", "llm_inflight_requests")
+    metric = _text("HEADROOM_HPA_METRIC", DEFAULT_HPA_METRIC)
     if not metric.strip():
         raise ImproperlyConfigured("HEADROOM_HPA_METRIC must name a metric")
     return EmissionSettings(
