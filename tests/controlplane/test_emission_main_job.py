@@ -21,6 +21,7 @@ from controlplane.emission.models import AllocationSink, OutboxEntry
 from controlplane.fleet.models import ReplicaShape
 from controlplane.plans.models import Plan
 from tests.controlplane.plans_helpers import load_support_assistant
+from tests.deploy.validation import all_errors
 
 pytestmark = pytest.mark.django_db
 
@@ -52,7 +53,13 @@ def _objects(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
 
 
-def test_every_region_document_sizes_the_autoscalers_from_the_plan(emitted: Path) -> None:
+def test_the_main_job_emits_what_a_cluster_needs_for_every_region(emitted: Path) -> None:
+    # One run of the job (about a minute) serves both checks.
+    _documents_size_the_autoscalers_from_the_plan(emitted)
+    _manifests_run_vllm_with_an_autoscaler_per_zone(emitted)
+
+
+def _documents_size_the_autoscalers_from_the_plan(emitted: Path) -> None:
     plan = Plan.objects.get(state=Plan.State.ACTIVE)
     # The plan was sized from telemetry, whose token means are fractional.
     assert any(not float(d["prompt_tokens"]).is_integer() for d in plan.problem["demands"]), (
@@ -81,7 +88,7 @@ def test_every_region_document_sizes_the_autoscalers_from_the_plan(emitted: Path
             assert sum(b["floor"] for b in bounds.values()) >= entry["standing_floor"]
 
 
-def test_every_region_manifest_runs_vllm_with_an_autoscaler_per_zone(emitted: Path) -> None:
+def _manifests_run_vllm_with_an_autoscaler_per_zone(emitted: Path) -> None:
     plan = Plan.objects.get(state=Plan.State.ACTIVE)
     gpus = {s.name: s.gpus_per_replica for s in ReplicaShape.objects.all()}
     zones_used = {(a.region, a.shape, a.zone) for a in plan.allocations.all() if a.replicas}
@@ -101,6 +108,7 @@ def test_every_region_manifest_runs_vllm_with_an_autoscaler_per_zone(emitted: Pa
             if o["kind"] in ("HorizontalPodAutoscaler", "ScaledObject")
         }
         assert deployments and set(autoscalers) == set(deployments), region
+        assert all_errors(objects) == []
         for name, deployment in deployments.items():
             notes = deployment["metadata"]["annotations"]
             shape, zone = notes["headroom.io/shape"], notes["headroom.io/zone"]

@@ -134,6 +134,8 @@ def test_kubernetes_sink_writes_a_vllm_deployment_and_autoscaler_per_zone(root: 
     folder = root / "manifests"
     assert sorted(p.name for p in folder.glob("*.yaml")) == ["ap.yaml", "eu.yaml", "us.yaml"]
 
+    # Each document stands alone: no YAML anchors or aliases between shared sub-mappings.
+    assert "&id" not in (folder / "eu.yaml").read_text()
     us = manifests(folder / "us.yaml")
     assert set(us) == {
         (kind, "m/gpu80x1", zone)
@@ -168,7 +170,7 @@ def test_kubernetes_sink_writes_a_vllm_deployment_and_autoscaler_per_zone(root: 
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
     assert container["resources"] == {
-        "requests": {"cpu": "4000m", "memory": "32Gi", "nvidia.com/gpu": 1},
+        "requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": 1},
         "limits": {"memory": "32Gi", "nvidia.com/gpu": 1},
     }
     assert pod["volumes"][0]["emptyDir"]["medium"] == "Memory"

@@ -11,6 +11,8 @@ solver found it), each with HorizontalPodAutoscalers and with KEDA ScaledObjects
 
 from __future__ import annotations
 
+import os
+import re
 import socket
 from collections import Counter
 from collections.abc import Iterator
@@ -39,6 +41,10 @@ from tests.deploy.validation import KUBERNETES_VERSION, all_errors
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "kubernetes"
+EMISSION_DOC = REPO / "docs" / "emission.md"
+DOC_REGION = "eu-west"
+DOC_START = "<!-- emitted: the Kubernetes sink's file for eu-west; regenerate, do not edit -->\n"
+DOC_END = "<!-- /emitted -->"
 HPA = ClusterSettings(namespace="inference", image="vllm/vllm-openai:v0.11.0", metric="m")
 KEDA = ClusterSettings(
     namespace="inference",
@@ -100,6 +106,7 @@ def test_a_misspelt_custom_resource_field_is_caught() -> None:
 def test_objects_emitted_for_the_example_scenario_are_valid(settings: Any, tmp_path: Path) -> None:
     settings.HEADROOM_EMISSION_ROOT = str(tmp_path)
     load_support_assistant()
+    # The sinks as docs/emission.md shows them: HPA first (its id is 1 in the documented file).
     for name, extra in (
         ("hpa", {}),
         (
@@ -132,6 +139,24 @@ def test_objects_emitted_for_the_example_scenario_are_valid(settings: Any, tmp_p
         assert kinds["Deployment"] >= 2 and kinds[autoscaler] == kinds["Deployment"], kinds
         assert kinds["PodDisruptionBudget"] == kinds["Deployment"] and kinds["Service"] >= 1
         assert all_errors(objects) == []
+    _check_the_documented_region((tmp_path / "hpa" / f"{DOC_REGION}.yaml").read_text())
+
+
+def _check_the_documented_region(emitted: str) -> None:
+    """docs/emission.md shows this file as the sink wrote it (the sink's id normalised).
+    ``HEADROOM_WRITE_DOCS=1`` rewrites the block instead of comparing."""
+    emitted = re.sub(r"sink-\d+", "sink-1", emitted)
+    block = f"{DOC_START}```yaml\n{emitted}```\n{DOC_END}"
+    text = EMISSION_DOC.read_text()
+    pattern = re.compile(re.escape(DOC_START) + r".*?" + re.escape(DOC_END), re.S)
+    assert pattern.search(text), "docs/emission.md lost its emitted-YAML markers"
+    if os.environ.get("HEADROOM_WRITE_DOCS") == "1":
+        EMISSION_DOC.write_text(pattern.sub(lambda _: block, text))
+        return
+    assert pattern.search(text).group(0) == block, (  # type: ignore[union-attr]
+        "docs/emission.md's example is out of date: run "
+        "HEADROOM_WRITE_DOCS=1 pytest tests/deploy/test_schemas.py -k example_scenario"
+    )
 
 
 def _generated_fleet_documents() -> dict[str, dict[str, Any]]:

@@ -158,6 +158,20 @@ def milli_quantity(value: float) -> str:
     return f"{max(1, round(value * 1000))}m"
 
 
+def cpu_quantity(cores: float) -> str:
+    """CPU cores as Kubernetes writes them: 8 → '8', 2.5 → '2500m'."""
+    milli = max(1, round(cores * 1000))
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Writes every mapping out in full: no YAML anchors and aliases where two objects share a
+    sub-mapping, so each document reads (and diffs) on its own."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def label_value(text: str) -> str:
     """``text`` as a label value: kept when it is one, else a DNS label with a digest."""
     return text if _LABEL_VALUE.match(text) else safe_name(text)
@@ -295,21 +309,25 @@ def _deployment(
 ) -> dict[str, Any]:
     gpus = int(serving["tensor_parallel_size"])
     memory_gib = math.ceil(cluster.memory_gib_per_gpu * gpus)
-    cpu = milli_quantity(cluster.cpu_per_gpu * gpus)
-    probe = {"httpGet": {"path": HEALTH_PATH, "port": "http"}, "timeoutSeconds": 5}
+    cpu = cpu_quantity(cluster.cpu_per_gpu * gpus)
+
+    def probe(period_s: int, failures: int) -> dict[str, Any]:
+        return {
+            "httpGet": {"path": HEALTH_PATH, "port": "http"},
+            "timeoutSeconds": 5,
+            "periodSeconds": period_s,
+            "failureThreshold": failures,
+        }
+
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": str(serving.get("image") or cluster.image),
         "command": list(VLLM_COMMAND),
         "args": vllm_args(serving),
         "ports": [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}],
-        "startupProbe": {
-            **probe,
-            "periodSeconds": STARTUP_PERIOD_S,
-            "failureThreshold": STARTUP_FAILURES,
-        },
-        "readinessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 3},
-        "livenessProbe": {**probe, "periodSeconds": 30, "failureThreshold": 5},
+        "startupProbe": probe(STARTUP_PERIOD_S, STARTUP_FAILURES),
+        "readinessProbe": probe(10, 3),
+        "livenessProbe": probe(30, 5),
         "resources": {
             "requests": {"cpu": cpu, "memory": f"{memory_gib}Gi", GPU_RESOURCE: gpus},
             "limits": {"memory": f"{memory_gib}Gi", GPU_RESOURCE: gpus},
@@ -499,7 +517,11 @@ def render(document: Mapping[str, Any], manifests: Sequence[Mapping[str, Any]]) 
         f"region={document['region']}\n"
         "# Written by Headroom on plan activation; edits are overwritten.\n"
     )
-    body = yaml.safe_dump_all(manifests, sort_keys=False, explicit_start=True) if manifests else ""
+    body = (
+        yaml.dump_all(manifests, Dumper=_PlainDumper, sort_keys=False, explicit_start=True)
+        if manifests
+        else ""
+    )
     return (header + body).encode("utf-8")
 
 
