@@ -4,6 +4,7 @@ floor, ceiling and in-flight target, checked against the seeds' sizing arithmeti
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -13,6 +14,7 @@ from controlplane.emission.payload import (
     AllocationRow,
     PlanSnapshot,
     RoutingRow,
+    ShapeServing,
     region_documents,
 )
 from planner.placement.verify import verify
@@ -167,3 +169,50 @@ def test_fractional_token_means_from_telemetry_keep_the_autoscaler_bounds() -> N
     search = shapes_of(us)["m/gpu80x1"]
     assert search["model"] == "m"
     assert (search["standing_floor"], search["max_replicas"]) == (12, 40)
+
+
+def test_zone_floors_spread_the_standing_floor_so_a_zone_loss_leaves_enough() -> None:
+    eu = shapes_of(region_documents(snapshot())["eu"])
+    chat = eu["m/gpu80x1"]["zone_bounds"]
+    # 18 standing over 3 zones: 6 each, so any two hold the 12 = ceil(8 / 0.7) needed.
+    assert {z: b["floor"] for z, b in chat.items()} == {"eu-a": 6, "eu-b": 6, "eu-c": 6}
+    # Ceilings per zone: eu-a's 40 GPUs also hold the batch shape's 6.
+    assert {z: b["max_replicas"] for z, b in chat.items()} == {"eu-a": 34, "eu-b": 40, "eu-c": 40}
+    assert eu["m/gpu80x2"]["zone_bounds"] == {
+        "eu-a": {"replicas": 3, "floor": 3, "max_replicas": 15}
+    }
+    us = shapes_of(region_documents(snapshot())["us"])["m/gpu80x1"]["zone_bounds"]
+    assert {z: b["floor"] for z, b in us.items()} == {"us-a": 6, "us-b": 6}
+
+
+def test_every_zone_keeps_one_replica_even_when_the_region_floor_is_one() -> None:
+    routing = [row for row in ROUTING if row[0] != "globex/search"]
+    us = shapes_of(region_documents(snapshot(routing=routing))["us"])["m/gpu80x1"]
+    assert us["standing_floor"] == 1
+    assert {z: b["floor"] for z, b in us["zone_bounds"].items()} == {"us-a": 1, "us-b": 1}
+
+
+def test_serving_and_tenants_of_each_shape() -> None:
+    serving = ShapeServing(
+        image="registry.example/vllm:1",
+        model_path="org/m",
+        served_model_name="m",
+        tensor_parallel_size=1,
+        max_model_len=4096,
+        extra_args=("--enable-prefix-caching",),
+        gpu_product="NVIDIA-A100-SXM4-80GB",
+    )
+    documents = region_documents(replace(snapshot(), serving={"m/gpu80x1": serving}))
+    eu = shapes_of(documents["eu"])
+    assert eu["m/gpu80x1"]["serving"] == serving.as_dict()
+    assert eu["m/gpu80x1"]["tenants"] == ["acme"]
+    # A shape whose record is gone is served under the model's name, on its plan's GPUs.
+    assert eu["m/gpu80x2"]["serving"] == {
+        "image": "",
+        "model_path": "m",
+        "served_model_name": "m",
+        "tensor_parallel_size": 2,
+        "max_model_len": None,
+        "extra_args": [],
+        "gpu_product": "gpu80",
+    }
