@@ -13,7 +13,9 @@ replicas, what an autoscaler needs:
   makes the plan 18.
 - the **ceiling**: the plan's replicas plus as many more as the region's unallocated GPUs of
   the shape's accelerator hold (inventory from the plan's own problem, minus every
-  allocation on that accelerator in the region).
+  allocation on that accelerator in the region), and, when every tenant the shape serves
+  there has a quota, no more than those quotas can keep busy: Σ budget refill rates
+  (replica-seconds per second) at the shape's target utilisation. Never below the plan.
 - the **in-flight target per replica**: the shape's target utilisation times the requests in
   flight per replica at saturation, Σ rate·residence / Σ rate·cost over the routed demands
   that give a residence time (Little's law); the seeds' 70% of 5 = 3.5. ``None`` when no
@@ -118,6 +120,8 @@ class PlanSnapshot:
     allocations: tuple[AllocationRow, ...]
     routing: tuple[RoutingRow, ...]
     serving: Mapping[str, ShapeServing] = field(default_factory=dict)
+    # Tenant → its quota's budget refill rate, replica-seconds per second (no entry: no quota).
+    quota_replica_s_per_s: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -202,6 +206,14 @@ def _floor(
     return max(floors)
 
 
+def _quota_cap(tenants: set[str], quotas: Mapping[str, float], utilization: float) -> int | None:
+    """Replicas the tenants' quotas can keep busy at ``utilization``; None when a tenant has
+    no quota (nothing bounds its traffic but inventory)."""
+    if not tenants or any(t not in quotas for t in tenants):
+        return None
+    return replicas_needed(sum(quotas[t] for t in tenants), 1.0, utilization)
+
+
 def shape_sizing(snapshot: PlanSnapshot) -> tuple[dict[tuple[str, str], ShapeSizing], str]:
     """Sizing per (region, shape) with replicas, and a note ('' when all went well).
 
@@ -246,6 +258,10 @@ def shape_sizing(snapshot: PlanSnapshot) -> tuple[dict[tuple[str, str], ShapeSiz
             f"the plan's problem could not be read ({exc}); bounds fixed at the plan",
         )
     loads = _loads(spec, snapshot.routing)
+    served: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for route in snapshot.routing:
+        if route.requests_per_s > 0:
+            served[(route.region, route.shape)].add(route.tenant)
     sizing: dict[tuple[str, str], ShapeSizing] = {}
     for (region, shape_name), n in sorted(replicas.items()):
         shape = spec.shapes.get(shape_name)
@@ -274,20 +290,33 @@ def shape_sizing(snapshot: PlanSnapshot) -> tuple[dict[tuple[str, str], ShapeSiz
         )
         per_zone = zone_floors(total=min(floor, n), survivors=survivors, zone_replicas=in_zones)
         gpus = gpus_of[shape_name]
+        quota_cap = _quota_cap(
+            served[(region, shape_name)], snapshot.quota_replica_s_per_s, shape.target_utilization
+        )
+
+        def capped(plan: int, inventory_max: int, cap: int | None = quota_cap) -> int:
+            return max(plan, inventory_max if cap is None else min(inventory_max, cap))
+
         sizing[(region, shape_name)] = ShapeSizing(
             replicas=n,
             standing_floor=min(floor, n),
-            max_replicas=n + free // gpus,
+            max_replicas=capped(n, n + free // gpus),
             inflight_target_per_replica=target,
             model=shape.model,
             zone_floors={zone: max(1, f) for zone, f in per_zone.items()},
+            # A zone takes more than its share while another is down: each zone's ceiling is
+            # bounded by the whole quota, not by a split of it.
             zone_max_replicas={
-                zone: count
-                + max(
-                    0,
-                    spec.inventory_gpus(zone, accelerator) - used_zone_gpus[(zone, accelerator)],
+                zone: capped(
+                    count,
+                    count
+                    + max(
+                        0,
+                        spec.inventory_gpus(zone, accelerator)
+                        - used_zone_gpus[(zone, accelerator)],
+                    )
+                    // gpus,
                 )
-                // gpus
                 for zone, count in in_zones.items()
             },
         )

@@ -37,6 +37,7 @@ from controlplane.emission.payload import (
 )
 from controlplane.fleet.models import ReplicaShape
 from controlplane.plans.models import Plan
+from controlplane.policies.models import TenantQuota
 from controlplane.schedule import ScheduledTask
 
 logger = logging.getLogger(__name__)
@@ -131,6 +132,10 @@ def plan_snapshot(*, plan: Plan) -> PlanSnapshot:
             for r in plan.routing.all()
         ),
         serving=shape_serving(names={a.shape for a in allocations}),
+        quota_replica_s_per_s={
+            quota.tenant.name: quota.budget_rate_replica_s_per_s
+            for quota in TenantQuota.objects.select_related("tenant")
+        },
     )
 
 

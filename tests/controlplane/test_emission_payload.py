@@ -216,3 +216,20 @@ def test_serving_and_tenants_of_each_shape() -> None:
         "extra_args": [],
         "gpu_product": "gpu80",
     }
+
+
+def test_quotas_of_every_tenant_served_bound_the_ceiling_never_below_the_plan() -> None:
+    # globex may keep 14 replica-seconds per second busy: 20 replicas at 70%, under the 40
+    # the inventory allows. Each zone may take it all while the other is down: 20 per zone.
+    capped = replace(snapshot(), quota_replica_s_per_s={"globex": 14.0})
+    us = shapes_of(region_documents(capped)["us"])["m/gpu80x1"]
+    assert us["max_replicas"] == 20
+    assert {z: b["max_replicas"] for z, b in us["zone_bounds"].items()} == {"us-a": 20, "us-b": 20}
+    # A quota below the plan never takes replicas away from it.
+    tight = replace(snapshot(), quota_replica_s_per_s={"globex": 1.0})
+    us = shapes_of(region_documents(tight)["us"])["m/gpu80x1"]
+    assert us["max_replicas"] == 18
+    assert {z: b["max_replicas"] for z, b in us["zone_bounds"].items()} == {"us-a": 9, "us-b": 9}
+    # A served tenant without a quota: only inventory bounds it.
+    eu = shapes_of(region_documents(capped)["eu"])["m/gpu80x1"]
+    assert eu["max_replicas"] == 27 + 87
