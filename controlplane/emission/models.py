@@ -26,6 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
+from controlplane.core.validators import finite
 from controlplane.emission.conf import emission_settings
 from controlplane.plans.models import Plan
 
@@ -57,12 +58,6 @@ _LABEL_KEY = RegexValidator(
 )
 # The GPU product label NVIDIA GPU feature discovery puts on GPU nodes.
 DEFAULT_GPU_NODE_LABEL = "nvidia.com/gpu.product"
-
-
-def _finite_timeout(value: float) -> None:
-    # NaN passes every range check; refuse it explicitly.
-    if value != value:
-        raise ValidationError("Must be a number.")
 
 
 class AllocationSink(models.Model):
@@ -101,7 +96,7 @@ class AllocationSink(models.Model):
     )
     timeout_s = models.FloatField(
         default=10.0,
-        validators=[_finite_timeout, MinValueValidator(0.1), MaxValueValidator(MAX_TIMEOUT_S)],
+        validators=[finite, MinValueValidator(0.1), MaxValueValidator(MAX_TIMEOUT_S)],
         help_text="Longest one delivery attempt may take, seconds (HTTP request or kubectl).",
     )
     namespace = models.CharField(
@@ -145,12 +140,12 @@ class AllocationSink(models.Model):
     )
     cpu_per_gpu = models.FloatField(
         default=4.0,
-        validators=[_finite_timeout, MinValueValidator(0.1), MaxValueValidator(256)],
+        validators=[finite, MinValueValidator(0.1), MaxValueValidator(256)],
         help_text="Kubernetes: CPU cores each replica requests per GPU.",
     )
     memory_gib_per_gpu = models.FloatField(
         default=32.0,
-        validators=[_finite_timeout, MinValueValidator(1), MaxValueValidator(4096)],
+        validators=[finite, MinValueValidator(1), MaxValueValidator(4096)],
         help_text="Kubernetes: memory (GiB) each replica requests, and is limited to, per GPU.",
     )
     env_secret = models.CharField(
@@ -327,3 +322,8 @@ class DeliveryAttempt(models.Model):
     @property
     def duration_ms(self) -> float:
         return (self.finished_at - self.started_at).total_seconds() * 1000.0
+
+
+# The name earlier migrations give this validator (it refused NaN only; infinity is
+# refused by the range check anyway).
+_finite_timeout = finite
