@@ -58,7 +58,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Probes (/healthz, /readyz) from a pod IP, answered before the Host check refuses them.
+    "controlplane.health.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     # Errors under /api/ that no DRF view shaped (no such route, a refused Host, an unhandled
     # exception) get the API's JSON error body.
     "controlplane.core.errors.ApiErrorMiddleware",
@@ -120,6 +123,18 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(envstr("STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+# WhiteNoise serves the collected files from the web process itself; in production with
+# hashed names (cached for a year), which `collectstatic` writes at image build time.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

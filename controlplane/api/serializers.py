@@ -137,6 +137,7 @@ class AcceleratorTypeSerializer(RecordSerializer):
             "memory_tbps",
             "on_demand_price_per_gpu_hour",
             "reserved_price_per_gpu_hour",
+            "gpu_product",
         )
 
 
@@ -197,6 +198,10 @@ class ReplicaShapeSerializer(RecordSerializer):
             "runtime_reserve_gb_per_gpu",
             "target_utilization",
             "runtime_version",
+            "container_image",
+            "model_path",
+            "max_model_len",
+            "extra_args",
             "kv_pool_gb",
             "context_tokens",
         )

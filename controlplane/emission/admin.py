@@ -46,6 +46,12 @@ class AllocationSinkForm(forms.ModelForm[AllocationSink]):
             "directory",
             "namespace",
             "container_image",
+            "autoscaler",
+            "prometheus_url",
+            "gpu_node_label",
+            "cpu_per_gpu",
+            "memory_gib_per_gpu",
+            "env_secret",
             "kubectl_apply",
             "kubectl_context",
         ]
@@ -94,7 +100,20 @@ class AllocationSinkAdmin(SimpleHistoryAdmin):
         ("Files and Kubernetes", {"fields": ["directory"]}),
         (
             "Kubernetes",
-            {"fields": ["namespace", "container_image", "kubectl_apply", "kubectl_context"]},
+            {
+                "fields": [
+                    "namespace",
+                    "container_image",
+                    "autoscaler",
+                    "prometheus_url",
+                    "gpu_node_label",
+                    "cpu_per_gpu",
+                    "memory_gib_per_gpu",
+                    "env_secret",
+                    "kubectl_apply",
+                    "kubectl_context",
+                ]
+            },
         ),
         ("Record", {"fields": ["created_at", "updated_at"]}),
     ]

@@ -35,9 +35,12 @@ from controlplane.emission.payload import (
     AllocationRow,
     PlanSnapshot,
     RoutingRow,
+    ShapeServing,
     region_documents,
 )
+from controlplane.fleet.models import ReplicaShape
 from controlplane.plans.models import Plan
+from controlplane.policies.models import TenantQuota
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +82,28 @@ def idempotency_key(*, plan: Plan, region: str, sink: AllocationSink) -> str:
     return f"headroom:plan-v{plan.version}:{region}:sink-{sink.pk}"
 
 
+def shape_serving(*, names: set[str]) -> dict[str, ShapeServing]:
+    """How a cluster starts each named shape, from its records as they are now."""
+    shapes = ReplicaShape.objects.filter(name__in=names).select_related("model", "accelerator")
+    return {
+        shape.name: ShapeServing(
+            image=shape.container_image,
+            model_path=shape.served_model_path,
+            served_model_name=shape.model.name,
+            tensor_parallel_size=shape.gpus_per_replica,
+            max_model_len=shape.max_model_len,
+            extra_args=tuple(str(a) for a in shape.extra_args or ()),
+            gpu_product=shape.accelerator.node_label_value,
+        )
+        for shape in shapes
+    }
+
+
 def plan_snapshot(*, plan: Plan) -> PlanSnapshot:
-    """The plan's allocations and routing as plain rows (the payload builder's input)."""
+    """The plan's allocations and routing as plain rows (the payload builder's input), with
+    how a cluster starts each of its shapes as the shapes' records say at this moment (the
+    activation: the outbox keeps the documents built then)."""
+    allocations = list(plan.allocations.all())
     return PlanSnapshot(
         plan_id=int(plan.pk),
         version=plan.version,
@@ -98,7 +121,7 @@ def plan_snapshot(*, plan: Plan) -> PlanSnapshot:
                 replicas=a.replicas,
                 cost_per_hour=a.cost_per_hour,
             )
-            for a in plan.allocations.all()
+            for a in allocations
         ),
         routing=tuple(
             RoutingRow(
@@ -110,6 +133,11 @@ def plan_snapshot(*, plan: Plan) -> PlanSnapshot:
             )
             for r in plan.routing.all()
         ),
+        serving=shape_serving(names={a.shape for a in allocations}),
+        quota_replica_s_per_s={
+            quota.tenant.name: quota.budget_rate_replica_s_per_s
+            for quota in TenantQuota.objects.select_related("tenant")
+        },
     )
 
 

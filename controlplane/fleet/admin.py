@@ -141,10 +141,11 @@ class AcceleratorTypeAdmin(SimpleHistoryAdmin):
         "memory_tbps",
         "on_demand_price_per_gpu_hour",
         "reserved_price_per_gpu_hour",
+        "gpu_product",
         "gpus_in_inventory",
     ]
     ordering = ["name"]
-    search_fields = ["name"]
+    search_fields = ["name", "gpu_product"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AcceleratorType]:
         rows: QuerySet[AcceleratorType] = super().get_queryset(request)
@@ -246,6 +247,17 @@ class ReplicaShapeAdmin(SimpleHistoryAdmin):
         (
             "Runtime",
             {"fields": ["runtime_reserve_gb_per_gpu", "target_utilization", "runtime_version"]},
+        ),
+        (
+            "Serving",
+            {
+                "fields": ["container_image", "model_path", "max_model_len", "extra_args"],
+                "description": (
+                    "How a cluster starts a replica: the Kubernetes sink runs vLLM's OpenAI "
+                    "server with these, the model's name as --served-model-name and GPUs per "
+                    "replica as --tensor-parallel-size."
+                ),
+            },
         ),
         ("Derived", {"fields": ["weights_per_gpu", "kv_pool", "context_tokens"]}),
     ]
