@@ -16,6 +16,7 @@ from django.db.models import Count, Func, IntegerField, Q, Sum, Value
 from controlplane.fleet.models import CapacityFigure, LlmModel, Region, ReplicaShape
 from controlplane.policies.models import Tenant, WorkloadProfile
 from controlplane.telemetry.conf import telemetry_settings
+from controlplane.telemetry.metrics import REQUESTS
 from controlplane.telemetry.models import (
     RunStatus,
     TelemetryPull,
@@ -240,8 +241,6 @@ def request_rate_history(
       series and hour, never as single samples. (A bucket wider than an hour is one point,
       at the hour it starts in.)
     """
-    from controlplane.telemetry.services import REQUESTS  # services imports this module
-
     width = telemetry_settings().bucket_s
     names = known_names()
     keys: dict[int, tuple[str, str, str]] = {}
