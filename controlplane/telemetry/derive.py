@@ -11,6 +11,7 @@ against the version it supersedes is checked by ``drift.drift_check``.
 from __future__ import annotations
 
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -83,7 +84,10 @@ class Observation:
     peak_requests_per_s: float
     prompt: tuple[float, float, float, float]  # p50, mean, p95, p99 (tokens)
     output: tuple[float, float, float, float]
-    prefix_cache_hit_rate: float
+    prompt_p90: float
+    output_p90: float
+    censored: tuple[str, ...]  # profile figures that are lower bounds ("≥ bound")
+    prefix_cache_hit_rate: float | None  # None: the engine has no prefix-cache counters
     ttft_p95_s: float | None
     residence_s: float | None
     kv_cache_usage_mean: float | None
@@ -96,41 +100,77 @@ class NotEnoughData(Exception):
     """A label set whose samples make no profile; the message says why."""
 
 
-def _lengths(collected: _Collected, family: str, what: str) -> tuple[float, float, float, float]:
+@dataclass(frozen=True)
+class Lengths:
+    """A length histogram's figures (tokens) and the percentiles that are censored (their
+    rank is beyond the top finite bucket: the value is a lower bound)."""
+
+    p50: float
+    mean: float
+    p90: float
+    p95: float
+    p99: float
+    censored: tuple[str, ...] = ()
+
+
+def _lengths(collected: _Collected, family: str, what: str) -> Lengths:
     buckets = collected.histograms.get(family + "_bucket")
     count = collected.totals.get(family + "_count", 0.0)
     total = collected.totals.get(family + "_sum")
     if not buckets or count <= 0 or total is None:
         raise NotEnoughData(f"no {what} histogram observations")
+    figures: dict[str, float] = {}
+    censored: list[str] = []
     try:
-        p50, p95, p99 = (histograms.histogram_quantile(q, buckets) for q in (0.5, 0.95, 0.99))
+        for name, q in (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99)):
+            figures[name], beyond = histograms.censored_quantile(q, buckets)
+            if beyond:
+                censored.append(name)
     except histograms.HistogramError as exc:
         raise NotEnoughData(f"{what} histogram: {exc}") from exc
-    return p50, total / count, p95, p99
+    return Lengths(mean=total / count, censored=tuple(censored), **figures)
+
+
+def peak_rate(points: Sequence[tuple[datetime, float]], *, bucket_s: int, peak_s: int) -> float:
+    """The busiest window's request rate: bucket counts summed into windows of ``peak_s``
+    on the epoch grid, each over the seconds its stored buckets cover. A bucket wider than
+    ``peak_s`` is its own window (the peak at the bucket's resolution)."""
+    width = max(peak_s, bucket_s)
+    counts: dict[int, float] = defaultdict(float)
+    covered: dict[int, int] = defaultdict(int)
+    for stamp, value in points:
+        window = math.floor(stamp.timestamp() / width)
+        counts[window] += value
+        covered[window] += bucket_s
+    return max(counts[w] / covered[w] for w in counts)
 
 
 def observe(
     labels: LabelSet,
     collected: _Collected,
-    request_buckets: Sequence[float],
+    request_buckets: Sequence[tuple[datetime, float]],
     *,
     bucket_s: int,
     min_requests: float,
+    peak_s: int | None = None,
 ) -> Observation:
     """Workload figures of one label set from its window totals; raises ``NotEnoughData``.
 
-    Request counts come from ``request_success`` (finished requests); each bucket's count over
-    its width is that bucket's rate, and the peak is the p99 of those rates.
+    Request counts come from ``request_success`` (finished requests); the peak is the busiest
+    ``peak_s`` window's rate (``peak_rate``). Length percentiles beyond the top finite bucket
+    are flagged as censored. The prefix-cache hit rate is unknown (None), not zero, when the
+    engine reported no prefix-cache queries counter.
     """
     totals = collected.totals
     requests = totals.get(REQUESTS, 0.0)
     if not request_buckets or requests < max(min_requests, 1e-9):
         raise NotEnoughData(f"{requests:.0f} requests in the window, fewer than {min_requests:g}")
-    rates = [value / bucket_s for value in request_buckets]
     prompt = _lengths(collected, PROMPT_HIST, "prompt length")
     output = _lengths(collected, OUTPUT_HIST, "output length")
-    queries = totals.get(PREFIX_QUERIES, 0.0)
-    hit_rate = min(1.0, totals.get(PREFIX_HITS, 0.0) / queries) if queries > 0 else 0.0
+    hit_rate: float | None = None
+    if PREFIX_QUERIES in totals and PREFIX_HITS in totals:
+        queries = totals[PREFIX_QUERIES]
+        hit_rate = min(1.0, totals[PREFIX_HITS] / queries) if queries > 0 else 0.0
     ttft: float | None = None
     if collected.histograms.get(TTFT_HIST + "_bucket") and totals.get(TTFT_HIST + "_count", 0) > 0:
         try:
@@ -145,14 +185,22 @@ def observe(
         return totals[name] / n if n else None
 
     n_preempt = collected.buckets.get(PREEMPTIONS, 0)
+    censored = tuple(f"prompt_tokens_{n}" for n in prompt.censored) + tuple(
+        f"output_tokens_{n}" for n in output.censored
+    )
     return Observation(
         labels=labels,
         requests=requests,
         buckets=len(request_buckets),
         mean_requests_per_s=requests / (len(request_buckets) * bucket_s),
-        peak_requests_per_s=histograms.percentile(rates, 0.99),
-        prompt=prompt,
-        output=output,
+        peak_requests_per_s=peak_rate(
+            request_buckets, bucket_s=bucket_s, peak_s=peak_s if peak_s else bucket_s
+        ),
+        prompt=(prompt.p50, prompt.mean, prompt.p95, prompt.p99),
+        output=(output.p50, output.mean, output.p95, output.p99),
+        prompt_p90=prompt.p90,
+        output_p90=output.p90,
+        censored=censored,
         prefix_cache_hit_rate=hit_rate,
         ttft_p95_s=ttft,
         residence_s=residence if residence and residence > 0 else None,
@@ -184,10 +232,12 @@ _PROFILE_FIGURES = (
     "peak_requests_per_s",
     "prompt_tokens_p50",
     "prompt_tokens_mean",
+    "prompt_tokens_p90",
     "prompt_tokens_p95",
     "prompt_tokens_p99",
     "output_tokens_p50",
     "output_tokens_mean",
+    "output_tokens_p90",
     "output_tokens_p95",
     "output_tokens_p99",
     "prefix_cache_hit_rate",
@@ -195,18 +245,26 @@ _PROFILE_FIGURES = (
 )
 
 
-def _profile_figures(obs: Observation) -> dict[str, float | None]:
+def _profile_figures(obs: Observation, before: WorkloadProfile | None) -> dict[str, float | None]:
+    """The profile figures an observation gives. An unknown hit rate (no prefix-cache
+    counters) carries the previous version's figure, or 0 for a first version; either way
+    the profile lists it as unmeasured."""
+    hit_rate = obs.prefix_cache_hit_rate
+    if hit_rate is None:
+        hit_rate = before.prefix_cache_hit_rate if before is not None else 0.0
     return {
         "peak_requests_per_s": obs.peak_requests_per_s,
         "prompt_tokens_p50": obs.prompt[0],
         "prompt_tokens_mean": obs.prompt[1],
+        "prompt_tokens_p90": obs.prompt_p90,
         "prompt_tokens_p95": obs.prompt[2],
         "prompt_tokens_p99": obs.prompt[3],
         "output_tokens_p50": obs.output[0],
         "output_tokens_mean": obs.output[1],
+        "output_tokens_p90": obs.output_p90,
         "output_tokens_p95": obs.output[2],
         "output_tokens_p99": obs.output[3],
-        "prefix_cache_hit_rate": obs.prefix_cache_hit_rate,
+        "prefix_cache_hit_rate": hit_rate,
         "residence_s": obs.residence_s,
     }
 
@@ -334,7 +392,12 @@ def _derive(
         buckets = [v for i in collected.request_series for v in request_values.get(i, [])]
         try:
             obs = observe(
-                labels, collected, buckets, bucket_s=conf.bucket_s, min_requests=conf.min_requests
+                labels,
+                collected,
+                buckets,
+                bucket_s=conf.bucket_s,
+                min_requests=conf.min_requests,
+                peak_s=conf.peak_s,
             )
         except NotEnoughData as exc:
             skipped.append({"series": str(labels), "reason": str(exc)})
@@ -399,8 +462,15 @@ def _version(
         workload_class_id=resolved.workload_class.pk,
         region=resolved.region,
     )
-    figures = _profile_figures(obs)
-    if before is not None and not _changed(before, figures, tolerance):
+    figures = _profile_figures(obs, before)
+    censored = list(obs.censored)
+    unmeasured = ["prefix_cache_hit_rate"] if obs.prefix_cache_hit_rate is None else []
+    if (
+        before is not None
+        and not _changed(before, figures, tolerance)
+        and list(before.censored) == censored
+        and list(before.unmeasured) == unmeasured
+    ):
         return before, before
     profile = WorkloadProfile(
         tenant=resolved.tenant,
@@ -409,6 +479,8 @@ def _version(
         region=resolved.region,
         version=(before.version + 1) if before is not None else 1,
         source=WorkloadProfile.Source.TELEMETRY,
+        censored=censored,
+        unmeasured=unmeasured,
         **figures,
     )
     profile.full_clean()
@@ -433,13 +505,16 @@ def _observed_row(
         peak_requests_per_s=obs.peak_requests_per_s,
         prompt_tokens_p50=obs.prompt[0],
         prompt_tokens_mean=obs.prompt[1],
+        prompt_tokens_p90=obs.prompt_p90,
         prompt_tokens_p95=obs.prompt[2],
         prompt_tokens_p99=obs.prompt[3],
         output_tokens_p50=obs.output[0],
         output_tokens_mean=obs.output[1],
+        output_tokens_p90=obs.output_p90,
         output_tokens_p95=obs.output[2],
         output_tokens_p99=obs.output[3],
         prefix_cache_hit_rate=obs.prefix_cache_hit_rate,
+        censored=list(obs.censored),
         ttft_p95_s=obs.ttft_p95_s,
         residence_s=obs.residence_s,
         kv_cache_usage_mean=obs.kv_cache_usage_mean,

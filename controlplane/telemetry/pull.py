@@ -25,6 +25,8 @@ from controlplane.telemetry.prometheus import (
     PrometheusBadResponse,
     PrometheusClient,
     PrometheusError,
+    PrometheusTooManySamples,
+    RangeAnswer,
 )
 from controlplane.telemetry.storage import SeriesKey, samples_store, series_ids
 
@@ -39,6 +41,8 @@ class Fetched:
     queries: int = 0
     series: int = 0
     skipped_series: int = 0
+    warnings: list[str] = field(default_factory=list)
+    splits: int = 0
 
     @property
     def sample_count(self) -> int:
@@ -63,8 +67,9 @@ def pull_window(
     """The buckets a pull asks for: [start, end), both on the bucket grid (unix time).
 
     By default it ends at the last bucket that finished at least ``lag_s`` ago and starts where
-    the last successful pull ended, but catches up no more than ``max_catchup_s``; the first
-    pull looks back ``lookback_s``.
+    the last successful pull ended, or earlier at the start of a partial pull's window that no
+    later pull completed, but catches up no more than ``max_catchup_s``; the first pull looks
+    back ``lookback_s``.
     """
     width = conf.bucket_s
 
@@ -75,11 +80,35 @@ def pull_window(
     last = selectors.last_pulled_until(bucket_s=width)
     if window_start is not None:
         start = floor(window_start)
-    elif last is not None:
-        start = max(floor(last), floor(end - timedelta(seconds=conf.max_catchup_s)))
     else:
-        start = floor(end - timedelta(seconds=conf.lookback_s))
+        if last is not None:
+            start = floor(last)
+        else:
+            start = floor(end - timedelta(seconds=conf.lookback_s))
+        partial = selectors.first_incomplete_start(bucket_s=width)
+        if partial is not None:
+            start = min(start, floor(partial))
+        start = max(start, floor(end - timedelta(seconds=conf.max_catchup_s)))
     return min(start, end), end
+
+
+def _answers(
+    client: PrometheusClient, query: str, *, start: float, end: float, step_s: int, fetched: Fetched
+) -> list[RangeAnswer]:
+    """The answers for [start, end) at ``step_s``; a range Prometheus refuses as too many
+    samples is split in two on the step grid, down to a single step."""
+    try:
+        fetched.queries += 1
+        return [client.query_range_answer(query, start=start, end=end, step_s=step_s)]
+    except PrometheusTooManySamples:
+        steps = round((end - start) / step_s)
+        if steps < 1:
+            raise
+        fetched.splits += 1
+        middle = start + (steps // 2) * step_s
+        return _answers(
+            client, query, start=start, end=middle, step_s=step_s, fetched=fetched
+        ) + _answers(client, query, start=middle + step_s, end=end, step_s=step_s, fetched=fetched)
 
 
 def telemetry_fetch(
@@ -89,28 +118,37 @@ def telemetry_fetch(
     bucket_s: int,
     start: datetime,
     end: datetime,
+    engine: str = "vllm-v1",
 ) -> Fetched:
     """Run every query over [start, end) and check the answers; raises ``PrometheusError``.
 
     The point Prometheus evaluates at time t covers (t − bucket, t]; it is stored as the bucket
-    starting at t − bucket. Series without a tenant, model or region label are counted and
-    left out; a point off the bucket grid, outside the window, repeated, not finite or
-    negative (every metric here is a count, a mean count or a fraction) is garbage, and
-    garbage fails the whole pull.
+    starting at t − bucket. Series without a model or region label are counted and left out;
+    a series without a tenant label is the pool's (tenant ""). A point off the bucket grid,
+    outside the window, repeated, not finite or negative (every metric here is a count, a
+    mean count or a fraction) is garbage, and garbage fails the whole pull. A name the engine
+    does not answer is tried under its fallback names; warnings are collected (the answer is
+    partial); a range refused as too many samples is split.
     """
     fetched = Fetched()
     first, last = start.timestamp() + bucket_s, end.timestamp()
     if last < first:
         return fetched
     chunk = _MAX_POINTS * bucket_s
-    for query in pull_queries(labels, bucket_s):
+    for query in pull_queries(labels, bucket_s, engine):
         chunk_start = first
         while chunk_start <= last:
             chunk_end = min(last, chunk_start + chunk - bucket_s)
-            result = client.query_range(
-                query.promql, start=chunk_start, end=chunk_end, step_s=bucket_s
-            )
-            fetched.queries += 1
+            answers: list[RangeAnswer] = []
+            for promql in (query.promql, *query.fallbacks):
+                answers = _answers(
+                    client, promql, start=chunk_start, end=chunk_end, step_s=bucket_s,
+                    fetched=fetched,
+                )  # fmt: skip
+                if any(answer.series for answer in answers):
+                    break
+            result = [series for answer in answers for series in answer.series]
+            fetched.warnings += [w for answer in answers for w in answer.warnings]
             for series in result:
                 key = _series_key(series.labels, labels, query)
                 if key is None:
@@ -142,11 +180,11 @@ def telemetry_fetch(
 
 def _series_key(found: Mapping[str, str], labels: LabelConfig, query: Query) -> SeriesKey | None:
     tenant, model, region = (
-        found.get(labels.tenant),
+        found.get(labels.tenant, ""),
         found.get(labels.model),
         found.get(labels.region),
     )
-    if not tenant or not model or not region:
+    if not model or not region:
         return None
     workload_class = found.get(labels.workload_class, "") if labels.workload_class else ""
     le = ""
@@ -181,7 +219,10 @@ def telemetry_pull(
 
     On a Prometheus failure (down, slow, garbage, a refused query) the report is saved as
     failed with the error, nothing is stored, and the ``PrometheusError`` is raised again for
-    the caller to retry.
+    the caller to retry. An answer that carried ``warnings`` is incomplete: its samples are
+    stored as they came but the pull is recorded as ``partial`` (its warnings in ``error``),
+    which is not final: the next pull starts at its window again, and a pull over a window a
+    partial pull stored overwrites the stored values with what Prometheus answers now.
     """
     conf = telemetry_settings()
     start, end = pull_window(
@@ -201,6 +242,7 @@ def telemetry_pull(
             bucket_s=conf.bucket_s,
             start=start,
             end=end,
+            engine=conf.engine,
         )
     except PrometheusError as exc:
         _pull_failed(pull, exc)
@@ -213,6 +255,7 @@ def telemetry_pull(
     pull.unknown_labels = selectors.unknown_label_values(
         {(k.tenant, k.model, k.region) for k in fetched.samples}, selectors.known_names()
     )
+    overwrite = selectors.overlaps_incomplete(bucket_s=conf.bucket_s, start=start, end=end)
     try:
         with transaction.atomic():
             ids = series_ids(keys=fetched.samples, bucket_s=conf.bucket_s)
@@ -221,13 +264,20 @@ def telemetry_pull(
                 for key, points in fetched.samples.items()
                 for bucket_start, value in points.items()
             ]
-            pull.samples_stored = samples_store(rows=rows)
-            pull.status = RunStatus.SUCCEEDED
+            pull.samples_stored = samples_store(rows=rows, overwrite=overwrite)
+            if fetched.warnings:
+                pull.status = RunStatus.PARTIAL
+                distinct = sorted(set(fetched.warnings))
+                pull.error = "Prometheus answered with warnings: " + "; ".join(distinct)[:2000]
+            else:
+                pull.status = RunStatus.SUCCEEDED
             pull.finished_at = timezone.now()
             pull.save()
     except Exception as exc:
         _pull_failed(pull, exc)
         raise
+    if pull.status == RunStatus.PARTIAL:
+        logger.warning("telemetry pull %s is partial: %s", pull.pk, pull.error)
     if pull.unknown_labels:
         logger.warning(
             "telemetry pull %s: label values the database does not know: %s",

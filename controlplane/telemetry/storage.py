@@ -62,10 +62,11 @@ def series_ids(*, keys: Iterable[SeriesKey], bucket_s: int) -> dict[SeriesKey, i
 SampleRow = tuple[int, datetime, float]
 
 
-def samples_store(*, rows: Sequence[SampleRow]) -> int:
-    """Insert (series id, bucket start, value) rows, skipping buckets already stored.
+def samples_store(*, rows: Sequence[SampleRow], overwrite: bool = False) -> int:
+    """Insert (series id, bucket start, value) rows, skipping buckets already stored, or with
+    ``overwrite`` replacing their values (a window pulled again after a partial answer).
 
-    Returns the number of rows inserted. On PostgreSQL the rows are copied (binary COPY) into
+    Returns the number of rows inserted (with ``overwrite``: inserted or changed). On PostgreSQL the rows are copied (binary COPY) into
     a temporary table and moved with ``INSERT … ON CONFLICT DO NOTHING``; on SQLite they are
     inserted with one ``INSERT OR IGNORE`` statement run for every row; elsewhere they go
     through ``bulk_create(ignore_conflicts=True)``. Runs in a transaction (a savepoint when one
@@ -74,11 +75,36 @@ def samples_store(*, rows: Sequence[SampleRow]) -> int:
     if not rows:
         return 0
     with transaction.atomic():
+        if overwrite:
+            return _store_overwriting(rows)
         if connection.vendor == "postgresql":
             return _store_by_copy(rows)
         if connection.vendor == "sqlite":
             return _store_by_insert_or_ignore(rows)
         return _store_by_bulk_create(rows)
+
+
+def _store_overwriting(rows: Sequence[SampleRow]) -> int:
+    # An upsert that leaves equal values alone, so that the count is of rows that changed.
+    # PostgreSQL and SQLite (3.24 and later) share the syntax.
+    if connection.vendor not in ("postgresql", "sqlite"):
+        TelemetrySample.objects.bulk_create(
+            [TelemetrySample(series_id=s, bucket_start=b, value=v) for s, b, v in rows],
+            update_conflicts=True,
+            unique_fields=["series", "bucket_start"],
+            update_fields=["value"],
+            batch_size=2000,
+        )
+        return len(rows)
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            "INSERT INTO telemetry_sample (series_id, bucket_start, value) VALUES (%s, %s, %s) "
+            "ON CONFLICT (series_id, bucket_start) DO UPDATE SET value = excluded.value "
+            "WHERE telemetry_sample.value <> excluded.value",
+            [(series_id, adapt(stamp), value) for series_id, stamp, value in rows],
+        )
+        return int(cursor.rowcount)
 
 
 def _store_by_insert_or_ignore(rows: Sequence[SampleRow]) -> int:

@@ -83,8 +83,9 @@ def test_profile_from_known_histograms_matches_the_hand_computation(fleet: Fleet
         "chat-70b",
         fleet.eu,
     )
-    # Rates 1, 2, 3, 4, 8: p99 at position 3.96 is 4 + 0.96 × 4.
-    assert profile.peak_requests_per_s == pytest.approx(7.84)
+    # Rates 1, 2, 3, 4, 8 in 300 s buckets, wider than the 60 s peak window: the peak is the
+    # busiest bucket's rate.
+    assert profile.peak_requests_per_s == pytest.approx(8.0)
     # Summed over five buckets: 50 ≤ 500, 200 ≤ 1,000, 400 ≤ 2,000, 470 ≤ 5,000, 495 ≤ 10,000.
     # p50 rank 250 in (1000, 2000]: 1000 + 1000 × 50/200 = 1,250.
     assert profile.prompt_tokens_p50 == pytest.approx(1250.0)

@@ -144,13 +144,17 @@ def test_unknown_label_values_and_unlabelled_series_are_reported_not_fatal(
 ) -> None:
     series = _register(prom, LABELS)
     prom.add(REQUESTS, {**LABELS, "tenant": "ghost-tenant"}, lambda t: 5.0)
+    # No tenant label: the pool's series (real vLLM's), stored with an empty tenant.
     prom.add(REQUESTS, {"model_name": "chat-70b", "region": "eu-west"}, lambda t: 5.0)
+    # No region label: nothing to file it under.
+    prom.add(REQUESTS, {"tenant": "acme", "model_name": "chat-70b"}, lambda t: 5.0)
     pull = telemetry_pull(window_start=T0, window_end=T0 + timedelta(minutes=10))
     assert pull.status == RunStatus.SUCCEEDED
     assert pull.unknown_labels == ["tenant: ghost-tenant"]
     assert pull.skipped_series == 1
-    assert pull.samples_stored == (series + 1) * 2
+    assert pull.samples_stored == (series + 2) * 2
     assert TelemetrySeries.objects.filter(tenant="ghost-tenant").exists()
+    assert TelemetrySeries.objects.filter(tenant="", metric=REQUESTS).exists()
 
 
 @pytest.mark.parametrize(

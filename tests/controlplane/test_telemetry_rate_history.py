@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,6 +24,13 @@ from tests.controlplane.telemetry_fakes import make_fleet, store
 pytestmark = pytest.mark.django_db
 
 BUCKET_S = 300
+
+
+@pytest.fixture(autouse=True)
+def _five_minute_buckets(settings: Any) -> None:
+    settings.HEADROOM_TELEMETRY_BUCKET_S = BUCKET_S
+
+
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)  # a Monday, on the hour
 
 

@@ -98,8 +98,9 @@ def _totals(start: float, end: float) -> dict[tuple[str, str, str, str], float]:
 
 @pytest.mark.django_db
 def test_the_pull_stores_the_specs_rates_and_prompt_means_and_the_prompt_growth(
-    flat_fleet: tuple[str, FleetHistory],
+    flat_fleet: tuple[str, FleetHistory], settings: Any
 ) -> None:
+    settings.HEADROOM_TELEMETRY_BUCKET_S = BUCKET_S
     url, history = flat_fleet
     scenario_load(path=SCENARIO)
     before, after = (DRIFT - 3 * 3600, DRIFT), (DRIFT, NOW)
