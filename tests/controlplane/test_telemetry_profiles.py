@@ -11,6 +11,7 @@ import pytest
 from controlplane.fleet.models import WorkloadClass
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry import derive
+from controlplane.telemetry.api import TelemetryProfileSerializer
 from controlplane.telemetry.models import (
     OBSERVED_CLASS,
     ObservedWorkload,
@@ -197,3 +198,53 @@ def test_default_window_ends_at_the_last_pull(fleet: Fleet, settings: Any) -> No
     run = derive.workload_profiles_derive(now=T0)
     assert (run.window_start, run.window_end) == (T0 - timedelta(minutes=30), T0)
     assert ProfileDerivation.objects.get().status == RunStatus.SUCCEEDED
+
+
+def test_a_percentile_beyond_the_top_bucket_is_censored_not_the_bound(fleet: Fleet) -> None:
+    # vLLM's token buckets end at the context length: here 5,000, with 3% of prompts above.
+    clipped = {"1000.0": 40, "2000.0": 80, "5000.0": 97, "+Inf": 100}
+    traffic = [
+        Traffic(
+            requests=600,
+            prompt_buckets=clipped,
+            prompt_sum=180_000.0,
+            output_buckets=OUTPUT,
+            output_sum=11_000.0,
+        )
+    ] * 3
+    store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, traffic), W)
+    derive.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    profile = WorkloadProfile.objects.get()
+    # p95 (rank 95 of 100 per bucket) lies inside (2,000, 5,000]; p99 lies above 5,000: it is
+    # at least 5,000, and the profile says so.
+    assert profile.prompt_tokens_p95 == pytest.approx(2000 + 3000 * 15 / 17)
+    assert profile.prompt_tokens_p99 == pytest.approx(5000.0)
+    assert profile.censored == ["prompt_tokens_p99"]
+    observed = ObservedWorkload.objects.get()
+    assert observed.censored == ["prompt_tokens_p99"]
+    shown = TelemetryProfileSerializer(profile).data
+    assert shown["censored"] == ["prompt_tokens_p99"]
+    assert shown["lower_bounds"] == {"prompt_tokens_p99": "≥ 5,000"}
+
+
+def test_absent_prefix_cache_counters_leave_the_hit_rate_unknown_and_raise_no_drift(
+    fleet: Fleet,
+) -> None:
+    # First a day with the counters (35% hits), then an engine without them (vLLM V0).
+    hour = timedelta(hours=1)
+    with_cache = [
+        steady(requests_per_s=2, bucket_s=W, prompt_mean=1500, output_mean=110, hit_rate=0.35)
+    ] * 12
+    store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, with_cache), W)
+    derive.workload_profiles_derive(window_start=T0, window_end=T0 + hour)
+    samples = traffic_samples("northwind", "chat-70b", "eu-west", T0 + hour, W, with_cache)
+    without = {k: v for k, v in samples.items() if "prefix_cache" not in k.metric}
+    store(without, W)
+    run = derive.workload_profiles_derive(window_start=T0 + hour, window_end=T0 + 2 * hour)
+    assert run.alerts_raised == 0
+    observed = ObservedWorkload.objects.get(derivation=run)
+    assert observed.prefix_cache_hit_rate is None
+    # The new version carries the measured hit rate, not 0, and says it is not measured now.
+    first, second = WorkloadProfile.objects.order_by("version")
+    assert first.unmeasured == [] and second.unmeasured == ["prefix_cache_hit_rate"]
+    assert second.prefix_cache_hit_rate == pytest.approx(0.35) == first.prefix_cache_hit_rate
