@@ -304,6 +304,12 @@ class WorkloadProfile(models.Model):
         help_text="Figures telemetry could not measure (e.g. the engine has no prefix-cache "
         "counters); their value is carried from the previous version.",
     )
+    pool_tenants = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Telemetry could not tell this pool's tenants apart: the profile is the whole "
+        "pool's demand, standing for these tenants (empty: this tenant's own traffic).",
+    )
     residence_s = models.FloatField(
         null=True,
         blank=True,

@@ -387,6 +387,7 @@ def _derive(
     unknown: set[str] = set()
     skipped: list[dict[str, str]] = []
     measured: list[tuple[Observation, _Resolved | None]] = []
+    pools: list[Observation] = []
     for labels in sorted(grouped, key=str):
         collected = grouped[labels]
         buckets = [v for i in collected.request_series for v in request_values.get(i, [])]
@@ -402,6 +403,9 @@ def _derive(
         except NotEnoughData as exc:
             skipped.append({"series": str(labels), "reason": str(exc)})
             continue
+        if not labels.tenant:
+            pools.append(obs)
+            continue
         found = _resolve(labels, names, class_label)
         if isinstance(found, list):
             unknown.update(found)
@@ -409,6 +413,43 @@ def _derive(
             measured.append((obs, None))
         else:
             measured.append((obs, found))
+
+    pool_tenants: dict[tuple[str, str], list[str]] = {}
+    attributed = {(o.labels.model, o.labels.region) for o, _ in measured}
+    for obs in pools:
+        labels = obs.labels
+        if (labels.model, labels.region) in attributed:
+            # The tenants' demand is measured apart (a gateway, a request log): the pool's own
+            # series are its capacity signals.
+            skipped.append({"series": str(labels), "reason": "pool capacity signals only"})
+            measured.append((obs, None))
+            continue
+        model, region = names["model"].get(labels.model), names["region"].get(labels.region)
+        tenants = (
+            selectors.pool_tenant_names(model=model, region=region) if model and region else []
+        )
+        found = _resolve(
+            LabelSet(
+                tenants[0] if tenants else "", labels.model, labels.region, labels.workload_class
+            ),
+            names,
+            class_label,
+        )
+        if isinstance(found, list):
+            missing = [m for m in found if not m.startswith("tenant")]
+            unknown.update(missing)
+            reason = (
+                "unknown " + "; ".join(missing)
+                if missing
+                else "no tenant label and no tenant has a profile in this pool"
+            )
+            skipped.append({"series": str(labels), "reason": reason})
+            measured.append((obs, None))
+            continue
+        # Tenants that cannot be told apart: the pool is one demand, filed under the first of
+        # its tenants by name, naming them all.
+        pool_tenants[(labels.model, labels.region)] = tenants
+        measured.append((obs, found))
 
     # Each pool's token shares as they stand before this run writes anything: a tenant's
     # share is compared pool state to pool state, not against the others' new figures.
@@ -423,7 +464,14 @@ def _derive(
         profile: WorkloadProfile | None = None
         if resolved is not None:
             try:
-                before, profile = _version(resolved, obs, conf.profile_tolerance)
+                before, profile = _version(
+                    resolved,
+                    obs,
+                    conf.profile_tolerance,
+                    pool_tenants.get((obs.labels.model, obs.labels.region), [])
+                    if not obs.labels.tenant
+                    else [],
+                )
             except ValidationError as exc:
                 skipped.append({"series": str(obs.labels), "reason": f"not a valid profile: {exc}"})
             else:
@@ -453,9 +501,10 @@ def _derive(
 
 
 def _version(
-    resolved: _Resolved, obs: Observation, tolerance: float
+    resolved: _Resolved, obs: Observation, tolerance: float, pool_tenants: list[str]
 ) -> tuple[WorkloadProfile | None, WorkloadProfile]:
-    """(profile before, profile after): a new telemetry version when the figures moved."""
+    """(profile before, profile after): a new telemetry version when the figures moved.
+    ``pool_tenants``: the tenants a pool-wide profile stands for (empty: this tenant's own)."""
     before = selectors.current_profile(
         tenant=resolved.tenant,
         model=resolved.model,
@@ -470,6 +519,7 @@ def _version(
         and not _changed(before, figures, tolerance)
         and list(before.censored) == censored
         and list(before.unmeasured) == unmeasured
+        and list(before.pool_tenants) == pool_tenants
     ):
         return before, before
     profile = WorkloadProfile(
@@ -481,6 +531,7 @@ def _version(
         source=WorkloadProfile.Source.TELEMETRY,
         censored=censored,
         unmeasured=unmeasured,
+        pool_tenants=pool_tenants,
         **figures,
     )
     profile.full_clean()

@@ -346,11 +346,33 @@ def pool_profiles(*, model: LlmModel, region: Region) -> list[WorkloadProfile]:
     observed_tenants = {
         p.tenant_id for p in current.values() if p.source == WorkloadProfile.Source.TELEMETRY
     }
+    # A pool-wide telemetry profile (tenants telemetry cannot tell apart) stands for every
+    # tenant it names.
+    covered = {
+        name
+        for p in current.values()
+        if p.source == WorkloadProfile.Source.TELEMETRY
+        for name in p.pool_tenants
+        if name != p.tenant.name
+    }
     return [
         p
         for p in current.values()
-        if p.tenant_id not in observed_tenants or p.source == WorkloadProfile.Source.TELEMETRY
+        if (p.tenant_id not in observed_tenants or p.source == WorkloadProfile.Source.TELEMETRY)
+        and p.tenant.name not in covered
     ]
+
+
+def pool_tenant_names(*, model: LlmModel, region: Region) -> list[str]:
+    """Names of the tenants with a current profile for ``model`` whose traffic lands in
+    ``region`` (a profile without a region is its tenant's home region's), sorted."""
+    return sorted(
+        set(
+            WorkloadProfile.objects.filter(model=model)
+            .filter(Q(region=region) | Q(region__isnull=True, tenant__home_region=region))
+            .values_list("tenant__name", flat=True)
+        )
+    )
 
 
 @dataclass(frozen=True)

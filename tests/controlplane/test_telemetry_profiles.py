@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from controlplane.fleet.models import WorkloadClass
+from controlplane.plans.demand import _pool_wide
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry import derive
 from controlplane.telemetry.api import TelemetryProfileSerializer
@@ -18,6 +19,7 @@ from controlplane.telemetry.models import (
     ProfileDerivation,
     RunStatus,
 )
+from controlplane.telemetry.selectors import pool_profiles
 from tests.controlplane.telemetry_fakes import (
     Fleet,
     Traffic,
@@ -248,3 +250,61 @@ def test_absent_prefix_cache_counters_leave_the_hit_rate_unknown_and_raise_no_dr
     first, second = WorkloadProfile.objects.order_by("version")
     assert first.unmeasured == [] and second.unmeasured == ["prefix_cache_hit_rate"]
     assert second.prefix_cache_hit_rate == pytest.approx(0.35) == first.prefix_cache_hit_rate
+
+
+def _declared(fleet: Fleet, tenant: str, rate: float) -> WorkloadProfile:
+    chat, _ = WorkloadClass.objects.get_or_create(name="chat")
+    return WorkloadProfile.objects.create(
+        tenant=fleet.tenants[tenant],
+        model=fleet.model,
+        workload_class=chat,
+        peak_requests_per_s=rate,
+        prompt_tokens_p50=1000,
+        prompt_tokens_mean=1200,
+        prompt_tokens_p95=3000,
+        prompt_tokens_p99=5000,
+        output_tokens_p50=100,
+        output_tokens_mean=120,
+        output_tokens_p95=300,
+        output_tokens_p99=500,
+    )
+
+
+def test_a_pool_whose_tenants_cannot_be_told_apart_is_one_demand(settings: Any) -> None:
+    settings.HEADROOM_TELEMETRY_BUCKET_S = W
+    settings.HEADROOM_TELEMETRY_MIN_REQUESTS = 100
+    fleet = make_fleet(("northwind", "eu-west"), ("fabrikam", "eu-west"), ("contoso", "us-east"))
+    for name in ("northwind", "fabrikam", "contoso"):
+        _declared(fleet, name, 1.0)
+    # Real vLLM: the pool's series carry no tenant.
+    store(traffic_samples("", "chat-70b", "eu-west", T0, W, _known_buckets([600] * 5)), W)
+    run = derive.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert run.status == RunStatus.SUCCEEDED and run.unknown_labels == []
+    profile = WorkloadProfile.objects.get(source=WorkloadProfile.Source.TELEMETRY)
+    assert profile.tenant.name == "fabrikam"
+    assert profile.pool_tenants == ["fabrikam", "northwind"]
+    assert profile.peak_requests_per_s == pytest.approx(2.0)
+    # The pool is sized from that one demand: northwind's declared profile is in it already.
+    assert pool_profiles(model=fleet.model, region=fleet.eu) == [profile]
+    demands = [
+        {"tenant": t, "model": "chat-70b", "home_region": r}
+        for t, r in (("fabrikam", "eu-west"), ("northwind", "eu-west"), ("contoso", "us-east"))
+    ]
+    kept, notes = _pool_wide(demands)
+    assert [d["tenant"] for d in kept] == ["fabrikam", "contoso"]
+    assert notes == [
+        "pool chat-70b in eu-west: telemetry cannot tell tenants fabrikam, northwind apart; "
+        "planned as one demand (fabrikam/chat-70b/observed@eu-west)"
+    ]
+
+
+def test_a_pool_with_no_tenant_anywhere_is_skipped_with_the_reason(fleet: Fleet) -> None:
+    store(traffic_samples("", "chat-70b", "eu-west", T0, W, _known_buckets([600] * 5)), W)
+    run = derive.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert run.skipped == [
+        {
+            "series": "/chat-70b/eu-west/observed",
+            "reason": "no tenant label and no tenant has a profile in this pool",
+        }
+    ]
+    assert ObservedWorkload.objects.get().tenant == ""
