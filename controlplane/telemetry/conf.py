@@ -14,6 +14,11 @@ everywhere in Headroom's settings.
   ``vllm-v1``, ``vllm-v0``, ``sglang`` (``controlplane.telemetry.metrics``).
 - ``HEADROOM_TELEMETRY_LABELS``' ``tenant`` label may be absent from the engine's series (real
   vLLM has none): such series are the pool's, stored with an empty tenant.
+- ``HEADROOM_TELEMETRY_GATEWAY`` (empty: none): the gateway whose metrics attribute each
+  pool's demand to tenants, ``litellm`` (``controlplane.telemetry.metrics.GATEWAYS``), with
+  ``HEADROOM_TELEMETRY_GATEWAY_LABELS`` naming its tenant, model and region labels (default
+  ``tenant=api_key_alias,model=requested_model,region=region``; the tenant may be any label
+  the gateway writes: ``team_alias``, ``hashed_api_key``, ``end_user`` …).
 - ``HEADROOM_TELEMETRY_BUCKET_S`` (60): bucket width of stored samples, seconds.
 - ``HEADROOM_TELEMETRY_PEAK_S`` (60): the resolution of the peak request rate, seconds: the
   peak is the busiest such window's rate (a whole number of buckets; a bucket wider than this
@@ -84,6 +89,8 @@ class TelemetrySettings:
     prometheus_backoff_s: float
     labels: LabelConfig
     engine: str
+    gateway: str
+    gateway_labels: LabelConfig
     bucket_s: int
     peak_s: int
     lag_s: int
@@ -147,6 +154,18 @@ def label_config(raw: Mapping[str, str]) -> LabelConfig:
 
 
 ENGINE_NAMES = ("vllm-v1", "vllm-v0", "sglang")
+GATEWAY_NAMES = ("litellm",)
+DEFAULT_GATEWAY_LABELS = {"tenant": "api_key_alias", "model": "requested_model", "region": "region"}
+
+
+def _gateway(value: str) -> str:
+    name = value.strip().lower()
+    if name and name not in GATEWAY_NAMES:
+        raise ImproperlyConfigured(
+            f"HEADROOM_TELEMETRY_GATEWAY must be empty or one of {', '.join(GATEWAY_NAMES)}, "
+            f"got {value!r}"
+        )
+    return name
 
 
 def _engine(value: str) -> str:
@@ -214,6 +233,13 @@ def telemetry_settings() -> TelemetrySettings:
         ),
         labels=label_config(labels),
         engine=_engine(_read("HEADROOM_TELEMETRY_ENGINE", str, "vllm-v1")),
+        gateway=_gateway(_read("HEADROOM_TELEMETRY_GATEWAY", str, "")),
+        gateway_labels=label_config(
+            {
+                **DEFAULT_GATEWAY_LABELS,
+                **_read("HEADROOM_TELEMETRY_GATEWAY_LABELS", _labels, {}),
+            }
+        ),
         bucket_s=_positive("HEADROOM_TELEMETRY_BUCKET_S", whole("HEADROOM_TELEMETRY_BUCKET_S", 60)),
         peak_s=_positive("HEADROOM_TELEMETRY_PEAK_S", whole("HEADROOM_TELEMETRY_PEAK_S", 60)),
         lag_s=_non_negative("HEADROOM_TELEMETRY_LAG_S", whole("HEADROOM_TELEMETRY_LAG_S", 60)),

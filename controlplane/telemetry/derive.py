@@ -30,6 +30,9 @@ from controlplane.telemetry.conf import TelemetrySettings, telemetry_settings
 from controlplane.telemetry.drift import drift_check, pool_token_shares
 from controlplane.telemetry.metrics import (
     E2E_HIST,
+    GATEWAY_OUTPUT_TOKENS,
+    GATEWAY_PROMPT_TOKENS,
+    GATEWAY_REQUESTS,
     KV_USAGE,
     OUTPUT_HIST,
     PREEMPTIONS,
@@ -71,6 +74,7 @@ class _Collected:
     buckets: dict[str, int] = field(default_factory=dict)
     histograms: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
     request_series: list[int] = field(default_factory=list)
+    gateway_series: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -224,7 +228,62 @@ def collect(totals: Iterable[selectors.SeriesTotal]) -> dict[LabelSet, _Collecte
         target.buckets[row.metric] = row.buckets
         if row.metric == REQUESTS:
             target.request_series.append(row.series_id)
+        elif row.metric == GATEWAY_REQUESTS:
+            target.gateway_series.append(row.series_id)
     return grouped
+
+
+def _scaled(counts_by_le: Mapping[str, float], length: float, count: float) -> dict[str, float]:
+    """A histogram with its bounds times ``length`` and its counts times ``count``."""
+    out = {}
+    for le, value in counts_by_le.items():
+        bound = histograms.parse_le(le)
+        out[le if math.isinf(bound) else repr(bound * length)] = value * count
+    return out
+
+
+def attribute(grouped: Mapping[LabelSet, _Collected]) -> dict[LabelSet, _Collected]:
+    """Tenant label sets measured by a gateway (requests and tokens, no histograms), each
+    completed from its pool's series (the same model, region and class with no tenant).
+
+    A tenant's requests, rate and mean lengths are its own; the shape of its length
+    distributions, its prefix-cache hit rate and its latencies are the pool's (the gateway
+    counts tokens, it has no per-request lengths): the pool's length histograms are scaled so
+    that their means are the tenant's. Gauges (running, waiting, KV usage) stay the pool's
+    alone. A gateway label set without a pool keeps only its counts and makes no profile."""
+    out = dict(grouped)
+    for labels, collected in grouped.items():
+        totals = collected.totals
+        requests = totals.get(GATEWAY_REQUESTS, 0.0)
+        if not labels.tenant or REQUESTS in totals or requests <= 0:
+            continue
+        pool = grouped.get(LabelSet("", labels.model, labels.region, labels.workload_class))
+        if pool is None:
+            continue
+        made = _Collected(request_series=list(collected.gateway_series))
+        made.totals[REQUESTS] = requests
+        made.buckets[REQUESTS] = collected.buckets.get(GATEWAY_REQUESTS, 0)
+        for family, tokens in (
+            (PROMPT_HIST, totals.get(GATEWAY_PROMPT_TOKENS)),
+            (OUTPUT_HIST, totals.get(GATEWAY_OUTPUT_TOKENS)),
+        ):
+            count = pool.totals.get(family + "_count", 0.0)
+            pool_sum = pool.totals.get(family + "_sum", 0.0)
+            buckets = pool.histograms.get(family + "_bucket")
+            if tokens is None or not buckets or count <= 0 or pool_sum <= 0:
+                continue
+            length = (tokens / requests) / (pool_sum / count)
+            made.histograms[family + "_bucket"] = _scaled(buckets, length, requests / count)
+            made.totals[family + "_sum"] = tokens
+            made.totals[family + "_count"] = requests
+        for name in (PREFIX_QUERIES, PREFIX_HITS, E2E_HIST + "_sum", E2E_HIST + "_count"):
+            if name in pool.totals:
+                made.totals[name] = pool.totals[name]
+        if TTFT_HIST + "_bucket" in pool.histograms:
+            made.histograms[TTFT_HIST + "_bucket"] = dict(pool.histograms[TTFT_HIST + "_bucket"])
+            made.totals[TTFT_HIST + "_count"] = pool.totals.get(TTFT_HIST + "_count", 0.0)
+        out[labels] = made
+    return out
 
 
 # Profile figures compared to decide whether a measurement is a new version.
@@ -373,7 +432,9 @@ def workload_profiles_derive(
 def _derive(
     run: ProfileDerivation, conf: TelemetrySettings, start: datetime, end: datetime
 ) -> None:
-    grouped = collect(selectors.window_totals(bucket_s=conf.bucket_s, start=start, end=end))
+    grouped = attribute(
+        collect(selectors.window_totals(bucket_s=conf.bucket_s, start=start, end=end))
+    )
     request_values = selectors.bucket_values(
         series_ids=[i for c in grouped.values() for i in c.request_series], start=start, end=end
     )

@@ -13,6 +13,8 @@ Definitions copied from (the project's path and version):
 - SGLang: ``python/sglang/srt/metrics/collector.py``, ``TokenizerMetricsCollector`` (with
   ``collect_tokens_histogram``) and ``SchedulerMetricsCollector`` (commit 00ae9c15): labels
   ``model_name`` and ``engine_type``.
+- LiteLLM proxy (a gateway, not an engine): ``litellm/integrations/prometheus.py`` and the
+  label lists of ``litellm/types/integrations/prometheus.py`` (``PrometheusMetricLabels``).
 """
 
 from __future__ import annotations
@@ -278,6 +280,61 @@ class Sglang(Engine):
         self.output_hist.labels(*v).observe(request.output)
         self.ttft.labels(*v).observe(request.ttft_s)
         self.e2e.labels(*v).observe(request.e2e_s)
+
+
+_LITELLM_IDENTITY = ["end_user", "hashed_api_key", "api_key_alias", "team", "team_alias", "user"]
+
+
+class LiteLlm(Engine):
+    """The LiteLLM proxy in front of one pool: each request is a tenant's (an API key alias),
+    counted as LiteLLM counts it. ``share`` maps alias → the fraction of requests it sends."""
+
+    name = "litellm"
+
+    def __init__(self, model: str, share: dict[str, float]) -> None:
+        super().__init__(model)
+        r = self.registry
+        self.share = share
+        self.tenants: dict[str, Truth] = {alias: Truth() for alias in share}
+        self.total_requests = Counter(
+            "litellm_proxy_total_requests_metric",
+            "Total number of requests made to the proxy server - track number of client side "
+            "requests",
+            [*_LITELLM_IDENTITY[:3], "requested_model", *_LITELLM_IDENTITY[3:], "status_code"],
+            registry=r,
+        )
+        token_labels = [*_LITELLM_IDENTITY[:3], "model", *_LITELLM_IDENTITY[3:], "requested_model"]
+        self.input_tokens = Counter("litellm_input_tokens_metric", "Total number of input "
+                                    "tokens from LLM requests", token_labels, registry=r)  # fmt: skip
+        self.output_tokens = Counter("litellm_output_tokens_metric", "Total number of output "
+                                     "tokens from LLM requests", token_labels, registry=r)  # fmt: skip
+        self.counted = 0
+
+    def set_state(self, running: int, waiting: int) -> None:
+        return
+
+    def serve(self, request: Request) -> None:
+        self.counted += 1
+        mark, alias = (self.counted % 100) / 100, next(iter(self.share))
+        acc = 0.0
+        for name, fraction in self.share.items():
+            acc += fraction
+            if mark < acc:
+                alias = name
+                break
+        truth = self.tenants[alias]
+        truth.requests += 1
+        truth.prompt_tokens += request.prompt
+        truth.output_tokens += request.output
+        key = f"hashed-{alias}"
+        self.total_requests.labels("", key, alias, self.model, "", "", "", "200").inc()
+        deployment = f"hosted_vllm/{self.model}"
+        self.input_tokens.labels("", key, alias, deployment, "", "", "", self.model).inc(
+            request.prompt
+        )
+        self.output_tokens.labels("", key, alias, deployment, "", "", "", self.model).inc(
+            request.output
+        )
 
 
 def lognormal_request(rng: random.Random) -> Request:

@@ -31,6 +31,7 @@ from controlplane.telemetry.pull import telemetry_pull
 from tests.controlplane.telemetry_fakes import make_fleet
 from tests.workers.engine_expositions import (
     Engine,
+    LiteLlm,
     Sglang,
     Stream,
     VllmV0,
@@ -67,7 +68,13 @@ def _wait_for_targets(prom_url: str, targets: int, deadline_s: float) -> None:
 @pytest.fixture
 def engines(tmp_path: Path) -> Iterator[tuple[str, list[Engine]]]:
     """(Prometheus URL, the engines), all serving, with a request stream running."""
-    served = [VllmV1("chat-70b-v1"), VllmV0("chat-70b-v0"), Sglang("chat-70b-sglang")]
+    served: list[Engine] = [
+        VllmV1("chat-70b-v1"),
+        VllmV0("chat-70b-v0"),
+        Sglang("chat-70b-sglang"),
+        # LiteLLM in front of the V1 pool, its tenants told apart by API key alias.
+        LiteLlm("chat-70b-v1", {"northwind": 0.6, "fabrikam": 0.4}),
+    ]
     ports = [free_port() for _ in served]
     stoppers = [serve_exposition(engine, port) for engine, port in zip(served, ports, strict=True)]
     prom_port = free_port()
@@ -100,7 +107,10 @@ def test_each_engines_exposition_reads_through_prometheus_under_its_name_map(
     settings.HEADROOM_TELEMETRY_BUCKET_S = BUCKET_S
     settings.HEADROOM_TELEMETRY_PEAK_S = BUCKET_S
     settings.HEADROOM_TELEMETRY_MIN_REQUESTS = 50
-    make_fleet(("northwind", "eu-west"))
+    settings.HEADROOM_TELEMETRY_GATEWAY = "litellm"
+    make_fleet(("northwind", "eu-west"), ("fabrikam", "eu-west"))
+    *served, gateway = served
+    assert isinstance(gateway, LiteLlm)
     for engine in served:
         LlmModel.objects.create(
             name=engine.model, parameters_billions=70, layers=80, kv_heads=8, head_dim=128
@@ -117,11 +127,19 @@ def test_each_engines_exposition_reads_through_prometheus_under_its_name_map(
     run = workload_profiles_derive(window_start=start, window_end=end)
     assert run.status == RunStatus.SUCCEEDED, run.error
 
-    # Every pool's series carry the model and the region from the target labels, no tenant.
+    # Every pool's engine series carry the model and the region from the target labels, no
+    # tenant; the gateway's carry the tenant.
     for engine in served:
-        stored = TelemetrySeries.objects.filter(model=engine.model)
+        stored = TelemetrySeries.objects.filter(model=engine.model).exclude(
+            metric__startswith="gateway:"
+        )
         assert {(s.tenant, s.region) for s in stored} == {("", "eu-west")}, engine.name
         assert stored.filter(metric=REQUESTS).exists() and stored.filter(metric=KV_USAGE).exists()
+    assert set(
+        TelemetrySeries.objects.filter(metric__startswith="gateway:").values_list(
+            "tenant", "model", "region"
+        )
+    ) == {("northwind", "chat-70b-v1", "eu-west"), ("fabrikam", "chat-70b-v1", "eu-west")}
     v1, v0, sglang = (ObservedWorkload.objects.get(model=e.model, tenant="") for e in served)
 
     # The same stream on all three: ~200 requests/s, the same mean lengths (from _sum/_count).
@@ -156,3 +174,17 @@ def test_each_engines_exposition_reads_through_prometheus_under_its_name_map(
         assert observed.prompt_tokens_p99 == pytest.approx(2000.0)
     assert sglang.censored == []
     assert sglang.prompt_tokens_p99 > 4000
+
+    # LiteLLM attributes the V1 pool's demand to its tenants: each one's rate and mean lengths
+    # are its own (60/40 of the stream); the pool's series are its capacity signals.
+    for alias, share in gateway.share.items():
+        tenant = ObservedWorkload.objects.get(model="chat-70b-v1", tenant=alias)
+        assert tenant.profile is not None and tenant.profile.pool_tenants == []
+        assert tenant.mean_requests_per_s == pytest.approx(share * v1.mean_requests_per_s, rel=0.1)
+        own = gateway.tenants[alias]
+        assert tenant.prompt_tokens_mean == pytest.approx(own.prompt_tokens / own.requests, rel=0.1)
+        assert tenant.prefix_cache_hit_rate == pytest.approx(v1.prefix_cache_hit_rate)
+        assert tenant.kv_cache_usage_mean is None  # a pool's figure, not a tenant's
+    assert {"series": "/chat-70b-v1/eu-west/observed", "reason": "pool capacity signals only"} in (
+        run.skipped
+    )
