@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from controlplane.fleet.models import LlmModel, Region
+from controlplane.fleet.selectors import planning_target_utilization
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry import selectors
 from controlplane.telemetry.conf import DriftThresholds
@@ -75,7 +75,7 @@ def pool_sizing(
         for group in profiles.values()
         for p in group
     )
-    target = shape.shape.target_utilization or float(settings.HEADROOM_DEFAULT_TARGET_UTILIZATION)
+    target = planning_target_utilization(shape=shape.shape)
     return PoolSizing(
         shape_name=shape.shape.name,
         shape_id=shape.shape.pk,

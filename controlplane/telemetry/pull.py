@@ -16,11 +16,11 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.schedule import ScheduledTask
+from controlplane.core.schedule import ScheduledTask
 from controlplane.telemetry import histograms, selectors
 from controlplane.telemetry.conf import LabelConfig, TelemetrySettings, telemetry_settings
 from controlplane.telemetry.metrics import GATEWAY_METRICS, Query, gateway_queries, pull_queries
-from controlplane.telemetry.models import RunStatus, TelemetryPull
+from controlplane.telemetry.models import PULL_PARTIAL, RunStatus, TelemetryPull
 from controlplane.telemetry.prometheus import (
     PrometheusBadResponse,
     PrometheusClient,
@@ -275,7 +275,7 @@ def telemetry_pull(
             ]
             pull.samples_stored = samples_store(rows=rows, overwrite=overwrite)
             if fetched.warnings:
-                pull.status = RunStatus.PARTIAL
+                pull.status = PULL_PARTIAL
                 distinct = sorted(set(fetched.warnings))
                 pull.error = "Prometheus answered with warnings: " + "; ".join(distinct)[:2000]
             else:
@@ -285,7 +285,7 @@ def telemetry_pull(
     except Exception as exc:
         _pull_failed(pull, exc)
         raise
-    if pull.status == RunStatus.PARTIAL:
+    if pull.status == PULL_PARTIAL:
         logger.warning("telemetry pull %s is partial: %s", pull.pk, pull.error)
     if pull.unknown_labels:
         logger.warning(

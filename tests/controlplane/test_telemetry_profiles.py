@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from controlplane.fleet.models import WorkloadClass
+from controlplane.pipeline import tasks
 from controlplane.plans.demand import _pool_wide
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry import derive
@@ -28,7 +29,6 @@ from tests.controlplane.telemetry_fakes import (
     store,
     traffic_samples,
 )
-from workers.tasks import telemetry as tasks
 
 pytestmark = pytest.mark.django_db
 

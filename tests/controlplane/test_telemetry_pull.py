@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from celery.exceptions import Retry
 
+from controlplane.pipeline import tasks
 from controlplane.telemetry.derive import derivation_follows_pull
 from controlplane.telemetry.metrics import (
     E2E_HIST,
@@ -20,7 +21,13 @@ from controlplane.telemetry.metrics import (
     PREFIX_QUERIES,
     REQUESTS,
 )
-from controlplane.telemetry.models import RunStatus, TelemetryPull, TelemetrySample, TelemetrySeries
+from controlplane.telemetry.models import (
+    PULL_PARTIAL,
+    RunStatus,
+    TelemetryPull,
+    TelemetrySample,
+    TelemetrySeries,
+)
 from controlplane.telemetry.prometheus import (
     PrometheusBadResponse,
     PrometheusQueryError,
@@ -30,7 +37,6 @@ from controlplane.telemetry.prometheus import (
 from controlplane.telemetry.pull import telemetry_pull
 from tests.controlplane.telemetry_fakes import FakePrometheus, fake_prometheus, make_fleet
 from workers.celery import app
-from workers.tasks import telemetry as tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -316,7 +322,7 @@ def test_a_pull_answered_with_warnings_is_partial_and_the_next_pull_completes_it
     prom.add(REQUESTS, LABELS, lambda t: 2400.0 if complete["value"] else 800.0)
     prom.warnings = ["remote store eu-west-2 unavailable"]
     first = telemetry_pull(now=T0 + timedelta(minutes=7))
-    assert first.status == RunStatus.PARTIAL
+    assert first.status == PULL_PARTIAL
     assert "eu-west-2 unavailable" in first.error
     assert not derivation_follows_pull(pull=first)
     assert set(TelemetrySample.objects.values_list("value", flat=True)) == {800.0}
