@@ -43,10 +43,12 @@ from controlplane.plans.selectors import plan_summary
 from controlplane.plans.services import drift_reason, replan_execute, replan_request
 from controlplane.plans.signals import plan_activated
 from controlplane.telemetry import selectors as telemetry_selectors
-from controlplane.telemetry import services as telemetry
 from controlplane.telemetry.conf import TelemetrySettings, telemetry_settings
+from controlplane.telemetry.derive import derivation_follows_pull, workload_profiles_derive
+from controlplane.telemetry.drift import drift_alerts_raised
 from controlplane.telemetry.models import DriftAlert, ProfileDerivation, RunStatus, TelemetryPull
 from controlplane.telemetry.prometheus import PrometheusClient, PrometheusError
+from controlplane.telemetry.pull import prometheus_client, telemetry_pull
 from planner.forecast import MIN_HISTORY_HOURS
 from workers.fleetsim.exposition import LabelNames
 from workers.fleetsim.fleet import FleetSimulator
@@ -105,7 +107,7 @@ def after_pull(*, pull: TelemetryPull) -> tuple[datetime, datetime] | None:
     stored new samples (a window pulled again stores none), with
     ``HEADROOM_TELEMETRY_DERIVE_AFTER_PULL`` on, for the window ending at the newest pulled
     bucket, when that window was not derived before."""
-    if not telemetry.derivation_follows_pull(pull=pull):
+    if not derivation_follows_pull(pull=pull):
         return None
     return due_derivation_window()
 
@@ -130,7 +132,7 @@ def after_derivation(*, derivation: ProfileDerivation) -> ReplanRun | None:
     Requesting one while another re-plan runs, or for inputs that have not changed, is
     harmless: the planner lock runs one at a time and unchanged inputs make no new plan.
     """
-    alerts = telemetry.drift_alerts_raised(derivation=derivation)
+    alerts = drift_alerts_raised(derivation=derivation)
     if not alerts or not settings.HEADROOM_REPLAN_ON_DRIFT:
         return None
     run = replan_request(trigger=Plan.Trigger.DRIFT, reason=drift_reason(alerts))
@@ -234,7 +236,7 @@ def pipeline_run(
         start = min(anchor - timedelta(hours=MIN_HISTORY_HOURS + 1), split - window)
 
     with _source(report, conf, options, now=now, start=start, split=split) as url:
-        client = telemetry.prometheus_client(replace(conf, prometheus_url=url))
+        client = prometheus_client(replace(conf, prometheus_url=url))
         _pull(report, options, client, width, start, end)
     _derive(report, conf, split, end)
     _alerts(report)
@@ -315,7 +317,7 @@ def _pull(
         while lo < hi:
             upper = min(hi, lo + PULL_WINDOW)
             try:
-                pull = telemetry.telemetry_pull(window_start=lo, window_end=upper, client=client)
+                pull = telemetry_pull(window_start=lo, window_end=upper, client=client)
             except PrometheusError as exc:
                 raise PipelineFailed(
                     f"pulling {_when(lo)} to {_when(upper)} failed: {exc}", report=report
@@ -356,10 +358,10 @@ def _derive(
             report.say(f"Profiles ({what}, {_when(lo)} to {_when(hi)}): derived before.")
             continue
         try:
-            run = telemetry.workload_profiles_derive(window_start=lo, window_end=hi)
+            run = workload_profiles_derive(window_start=lo, window_end=hi)
         except Exception as exc:
             raise PipelineFailed(f"deriving profiles failed: {exc}", report=report) from exc
-        alerts = telemetry.drift_alerts_raised(derivation=run)
+        alerts = drift_alerts_raised(derivation=run)
         report.derivations.append(run)
         report.alerts_raised += alerts
         report.say(

@@ -16,7 +16,7 @@ from django.http import HttpRequest
 from simple_history.admin import SimpleHistoryAdmin
 
 from controlplane.core.admin import ListActionsOnlyAdminMixin, ReadOnlyAdmin, ReadOnlyAdminMixin
-from controlplane.telemetry import services
+from controlplane.telemetry import drift
 from controlplane.telemetry.models import (
     DriftAlert,
     ObservedWorkload,
@@ -173,7 +173,7 @@ class DriftAlertAdmin(ListActionsOnlyAdminMixin, SimpleHistoryAdmin):
         done = skipped = 0
         for alert in queryset:
             try:
-                services.drift_alert_acknowledge(alert=alert, user=request.user)
+                drift.drift_alert_acknowledge(alert=alert, user=request.user)
             except ValidationError:
                 skipped += 1
             else:

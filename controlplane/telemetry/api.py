@@ -21,7 +21,7 @@ from rest_framework.response import Response
 
 from controlplane.core.api import ReadOnlyViewSet
 from controlplane.policies.models import WorkloadProfile
-from controlplane.telemetry import services
+from controlplane.telemetry import drift
 from controlplane.telemetry.models import (
     DriftAlert,
     ObservedWorkload,
@@ -97,13 +97,16 @@ class ObservedWorkloadSerializer(serializers.ModelSerializer[ObservedWorkload]):
             "peak_requests_per_s",
             "prompt_tokens_p50",
             "prompt_tokens_mean",
+            "prompt_tokens_p90",
             "prompt_tokens_p95",
             "prompt_tokens_p99",
             "output_tokens_p50",
             "output_tokens_mean",
+            "output_tokens_p90",
             "output_tokens_p95",
             "output_tokens_p99",
             "prefix_cache_hit_rate",
+            "censored",
             "ttft_p95_s",
             "residence_s",
             "kv_cache_usage_mean",
@@ -126,6 +129,12 @@ class TelemetryProfileSerializer(serializers.ModelSerializer[WorkloadProfile]):
     region: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="name", read_only=True
     )
+    lower_bounds = serializers.SerializerMethodField(
+        help_text='Censored figures as they read: "≥ 5,000" (beyond the top histogram bucket).'
+    )
+
+    def get_lower_bounds(self, profile: WorkloadProfile) -> dict[str, str]:
+        return {name: f"≥ {getattr(profile, name):,.0f}" for name in profile.censored}
 
     class Meta:
         model = WorkloadProfile
@@ -141,14 +150,19 @@ class TelemetryProfileSerializer(serializers.ModelSerializer[WorkloadProfile]):
             "peak_requests_per_s",
             "prompt_tokens_p50",
             "prompt_tokens_mean",
+            "prompt_tokens_p90",
             "prompt_tokens_p95",
             "prompt_tokens_p99",
             "output_tokens_p50",
             "output_tokens_mean",
+            "output_tokens_p90",
             "output_tokens_p95",
             "output_tokens_p99",
             "prefix_cache_hit_rate",
             "residence_s",
+            "censored",
+            "lower_bounds",
+            "unmeasured",
         ]
 
 
@@ -332,5 +346,5 @@ class DriftAlertViewSet(TelemetryReadViewSet):
     @action(detail=True, methods=["post"])
     def acknowledge(self, request: Request, pk: str) -> Response:
         alert = self.get_object()
-        alert = services.drift_alert_acknowledge(alert=alert, user=request.user)
+        alert = drift.drift_alert_acknowledge(alert=alert, user=request.user)
         return Response(self.get_serializer(alert).data)

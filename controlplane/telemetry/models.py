@@ -91,6 +91,9 @@ class TelemetrySample(models.Model):
 
 # The one set of job statuses; pulls and derivations start running.
 RunStatus = JobStatus
+# A pull answered with warnings: its samples are stored but not final; the next pull takes its
+# window again and overwrites them.
+PULL_PARTIAL = "partial"
 
 
 class TelemetryPull(Job):
@@ -98,7 +101,11 @@ class TelemetryPull(Job):
 
     task_id = models.CharField(max_length=64, blank=True)
     attempt = models.PositiveIntegerField(default=1, help_text="1 for the first try.")
-    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.RUNNING)
+    status = models.CharField(
+        max_length=16,
+        choices=[*JobStatus.choices, (PULL_PARTIAL, "partial (answered with warnings)")],
+        default=JobStatus.RUNNING,
+    )
     started_at = models.DateTimeField(default=timezone.now)
     window_start = models.DateTimeField()
     window_end = models.DateTimeField()
@@ -110,7 +117,7 @@ class TelemetryPull(Job):
         default=0, help_text="New samples; buckets stored before are not counted."
     )
     skipped_series = models.PositiveIntegerField(
-        default=0, help_text="Series without a tenant, model or region label."
+        default=0, help_text="Series without a model or region label."
     )
     unknown_labels = models.JSONField(
         default=list, blank=True, help_text="Label values no tenant, model or region has."
@@ -208,16 +215,25 @@ class ObservedWorkload(models.Model):
     requests = models.FloatField(help_text="Requests completed in the window.")
     buckets = models.PositiveIntegerField(help_text="Buckets with a request count.")
     mean_requests_per_s = models.FloatField()
-    peak_requests_per_s = models.FloatField(help_text="p99 of the bucket rates.")
+    peak_requests_per_s = models.FloatField(
+        help_text="Rate of the busiest peak window (HEADROOM_TELEMETRY_PEAK_S)."
+    )
     prompt_tokens_p50 = models.FloatField()
     prompt_tokens_mean = models.FloatField()
+    prompt_tokens_p90 = models.FloatField(null=True, blank=True)
     prompt_tokens_p95 = models.FloatField()
     prompt_tokens_p99 = models.FloatField()
     output_tokens_p50 = models.FloatField()
     output_tokens_mean = models.FloatField()
+    output_tokens_p90 = models.FloatField(null=True, blank=True)
     output_tokens_p95 = models.FloatField()
     output_tokens_p99 = models.FloatField()
-    prefix_cache_hit_rate = models.FloatField()
+    prefix_cache_hit_rate = models.FloatField(
+        null=True, blank=True, help_text="Empty: unknown (the engine has no prefix-cache counters)."
+    )
+    censored = models.JSONField(
+        default=list, blank=True, help_text="Percentiles beyond the top bucket (lower bounds)."
+    )
     ttft_p95_s = models.FloatField(null=True, blank=True)
     residence_s = models.FloatField(null=True, blank=True, help_text="Mean end-to-end latency.")
     kv_cache_usage_mean = models.FloatField(null=True, blank=True)
