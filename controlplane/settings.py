@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "controlplane.telemetry",
     "controlplane.benchmarks",
     "controlplane.emission",
+    "controlplane.finance",
 ]
 
 MIDDLEWARE = [
