@@ -1037,15 +1037,17 @@ def finance_history(
     horizon: int | None = None,
     now: datetime | None = None,
 ) -> Report:
-    """What was provisioned in each of the last ``horizon`` periods (the current one up to
-    ``now``), from the plans that were active (their activation times), by group; beside it
+    """What was provisioned in each of the last ``horizon`` periods (the current one up to the
+    last whole hour before ``now``), from the plans that were active (their activation times), by group; beside it
     what was planned for the period: the forecast of the earliest stored snapshot whose
     horizon began at or before the period (None where there is none)."""
     kind = _check_period(period)
     groups = check_group_by(group_by)
     count = _check_horizon(horizon, kind)
     moment = now or timezone.now()
-    end_ts = int(moment.timestamp())
+    # Whole hours only: the hour under way is counted once it has ended, so a report is the
+    # same all hour (and CSV and JSON of it agree).
+    end_ts = int(moment.timestamp()) // HOUR_S * HOUR_S
     # The last ``count`` periods ending with the current one.
     starts = [int(period_starts(np.array([end_ts]), kind)[0])]
     while len(starts) < count:
