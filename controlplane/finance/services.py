@@ -393,7 +393,7 @@ def _pool_quantiles(snapshot: FinanceSnapshot) -> list[float]:
     out = []
     for p in snapshot.pools:
         qs = by_key.get((p["region"], p["shape"]), set())
-        out.append(qs.pop() if len(qs) == 1 else float("nan"))
+        out.append(next(iter(qs)) if len(qs) == 1 else float("nan"))
     return out
 
 
@@ -457,7 +457,8 @@ def _group(
 ) -> list[tuple[int, tuple[str, ...], float | None, dict[str, float]]]:
     """Sum atoms by (period, group); each group's quantile when its atoms share one."""
     sums: dict[tuple[int, tuple[str, ...]], dict[str, float]] = {}
-    qs: dict[tuple[int, tuple[str, ...]], set[float]] = defaultdict(set)
+    # None stands for "no single quantile" (NaN would not compare equal to itself in a set).
+    qs: dict[tuple[int, tuple[str, ...]], set[float | None]] = defaultdict(set)
     columns = [atoms.attributes[g] for g in group_by]
     for a, k in enumerate(atoms.period):
         key = (k, tuple(col[a] for col in columns))
@@ -465,12 +466,11 @@ def _group(
         for name in value_names:
             row[name] += atoms.values[name][a]
         q = atoms.quantile[a] if atoms.quantile else float("nan")
-        qs[key].add(round(q, 6) if q == q else float("nan"))
+        qs[key].add(round(q, 6) if q == q else None)
     out = []
     for key in sorted(sums):
         found = qs[key]
-        single = next(iter(found)) if len(found) == 1 else float("nan")
-        out.append((key[0], key[1], single if single == single else None, sums[key]))
+        out.append((key[0], key[1], next(iter(found)) if len(found) == 1 else None, sums[key]))
     return out
 
 
