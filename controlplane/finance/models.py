@@ -40,7 +40,7 @@ class FinanceSnapshot(models.Model):
         ordering = ["-created_at", "-pk"]
         constraints = [
             models.UniqueConstraint(
-                fields=["plan", "start", "hours", "forecast_key"], name="unique_finance_snapshot"
+                fields=["plan", "start", "hours"], name="unique_finance_snapshot"
             )
         ]
 

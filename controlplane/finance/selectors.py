@@ -13,12 +13,9 @@ from controlplane.plans.models import Plan
 
 
 def plan_active_with_rows() -> Plan | None:
-    """The active plan with its allocations and routing prefetched, if any."""
-    return (
-        Plan.objects.filter(state=Plan.State.ACTIVE)
-        .prefetch_related("allocations", "routing")
-        .first()
-    )
+    """The active plan, if any (its allocations and routing are read when a result is first
+    computed, not on every request)."""
+    return Plan.objects.filter(state=Plan.State.ACTIVE).first()
 
 
 @dataclass(frozen=True)
@@ -46,12 +43,8 @@ def plan_activation_timeline(*, before: datetime) -> list[ActiveSpan]:
     return spans
 
 
-def snapshot_find(
-    *, plan: Plan, start: datetime, hours: int, forecast_key: str
-) -> FinanceSnapshot | None:
-    return FinanceSnapshot.objects.filter(
-        plan=plan, start=start, hours=hours, forecast_key=forecast_key
-    ).first()
+def snapshot_find(*, plan: Plan, start: datetime, hours: int) -> FinanceSnapshot | None:
+    return FinanceSnapshot.objects.filter(plan=plan, start=start, hours=hours).first()
 
 
 def snapshots_covering(*, start: datetime) -> QuerySet[FinanceSnapshot]:

@@ -194,11 +194,14 @@ def _daily(values: npt.NDArray[Any]) -> FloatArray:
 def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnapshot:
     """The stored snapshot of ``plan`` over ``hours`` from ``start``, computed and stored if
     it is not there yet (see the module docstring). ``start`` is a UTC day start."""
-    history = _telemetry_history(plan)
-    key = forecast_key(plan, history)
-    found = selectors.snapshot_find(plan=plan, start=start, hours=hours, forecast_key=key)
+    # The forecast a plan rests on is fixed by the plan: its history ends at the plan's
+    # anchor. So a stored snapshot of the plan and horizon is reused without reading the
+    # history again; ``forecast_key`` records what it was computed from.
+    found = selectors.snapshot_find(plan=plan, start=start, hours=hours)
     if found is not None:
         return found
+    history = _telemetry_history(plan)
+    key = forecast_key(plan, history)
     began = time.perf_counter()
     notes: list[str] = []
     band = plan.forecast_band or {}
@@ -208,8 +211,18 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
     raw = {d["id"]: d for d in plan.problem.get("demands", [])}
     series = _demand_series(plan, start=start, hours=hours + window, history=history, notes=notes)
 
+    peaks: dict[int, FloatArray] = {}
+
     def peak(values: FloatArray) -> FloatArray:
-        return rolling_peak(values, hours=hours, window=window, step=24)
+        # A demand routed to several shapes, or flat (one array for every edge), is sized once.
+        found = peaks.get(id(values))
+        if found is None:
+            if values.size and np.all(values == values[0]):
+                found = np.full(hours, float(values[0]))
+            else:
+                found = rolling_peak(values, hours=hours, window=window, step=24)
+            peaks[id(values)] = found
+        return found
 
     # Loads: one per routing row (demand × region × shape).
     loads: list[dict[str, Any]] = []
@@ -366,7 +379,7 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
             snapshot.save()
     except IntegrityError:
         # Another request stored the same snapshot meanwhile: read theirs.
-        found = selectors.snapshot_find(plan=plan, start=start, hours=hours, forecast_key=key)
+        found = selectors.snapshot_find(plan=plan, start=start, hours=hours)
         if found is None:
             raise
         return found
