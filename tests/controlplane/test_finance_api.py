@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -24,7 +25,7 @@ from controlplane.finance.models import FinanceReport, FinanceSnapshot, PromiseP
 from controlplane.finance.snapshot import snapshot_arrays
 from controlplane.plans.models import Plan
 from planner.forecast.finance import HOURS_PER_MONTH, period_end
-from tests.controlplane.api_harness import APITest, error_fields
+from tests.controlplane.api_harness import HOSTILE_QUERY_VALUES, APITest, error_fields
 from tests.controlplane.finance_helpers import ON_DEMAND, RESERVED, active_plan, seeds_fleet
 
 ENDPOINTS = (
@@ -342,3 +343,27 @@ class TestHistory(FinanceTest):
         if partial:
             assert sum(r["cost"] for r in partial) == pytest.approx(54.0 * elapsed, abs=0.05)
             assert sum(r["planned_cost"] for r in partial) == pytest.approx(54.0 * 24, abs=0.05)
+
+
+class TestHostileQueries(FinanceTest):
+    def test_hostile_query_strings_never_5xx(self, api_client_for: Any) -> None:
+        client = api_client_for(VIEWER)
+        for url in ENDPOINTS:
+            for param in ("period", "group_by", "horizon", "aggregate", "format", "other"):
+                for value in HOSTILE_QUERY_VALUES:
+                    response = client.get(url, {param: value})
+                    assert response.status_code < 500, (url, param, value)
+                    if response.status_code >= 400:
+                        assert "error" in response.json(), (url, param, value)
+
+
+class TestSchema(APITest):
+    def test_finance_paths_and_parameters_are_in_the_schema(self, client: Any) -> None:
+        schema = yaml.safe_load(client.get("/api/schema/").content)
+        paths = schema["paths"]
+        for url in ENDPOINTS:
+            assert set(paths[url]) == {"get"}, url
+        forecast = {p["name"] for p in paths["/api/finance/forecast/"]["get"]["parameters"]}
+        assert {"period", "group_by", "horizon"} <= forecast
+        opencost = paths["/api/finance/forecast/opencost/"]["get"]["parameters"]
+        assert "aggregate" in {p["name"] for p in opencost}
