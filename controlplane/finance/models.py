@@ -6,8 +6,8 @@ day at the planned quantile and the band's edges, the replica-hours each tenant'
 its tokens, and the hourly GPUs each region's GPU type needs (for commitments). The arrays are
 stored as one compressed NumPy archive (``arrays``); the pools and loads they index are JSON.
 
-A ``PromisePricing`` holds the plan's problem re-solved one promise lighter at a time, for the
-fleet and for each tier. A ``FinanceReport`` caches one endpoint's rows for one snapshot and one
+A ``PromisePricing`` holds the plan's problem re-solved one promise lighter at a time, and each
+tenant's promised load that shares each promise's price. A ``FinanceReport`` caches one endpoint's rows for one snapshot and one
 set of parameters, so a repeated request reads one row.
 """
 
@@ -51,8 +51,9 @@ class FinanceSnapshot(models.Model):
 class PromisePricing(models.Model):
     plan = models.OneToOneField(Plan, on_delete=models.CASCADE, related_name="promise_pricing")
     rungs = models.JSONField(help_text="The fleet's ladder: cost, replicas and GPUs per rung.")
-    tiers = models.JSONField(help_text="Per tier, the ladder with only its promises relaxed.")
-    loads = models.JSONField(help_text="Replicas' worth of planned load per tenant and tier.")
+    weights = models.JSONField(
+        help_text="Per tenant: its tier and the promised load (replicas' worth) of each promise."
+    )
     solve_seconds = models.FloatField(default=0.0)
     created_at = models.DateTimeField(auto_now_add=True)
 

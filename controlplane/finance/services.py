@@ -50,9 +50,10 @@ from planner.forecast.finance import (
     period_starts,
     project_costs,
     promise_ladder,
+    promise_weights,
     showback_split,
 )
-from planner.placement.problem import ProblemInvalid, parse_problem
+from planner.placement.problem import PROMISE_LEVEL, ProblemInvalid, parse_problem
 
 GROUPS = ("region", "zone", "accelerator", "shape", "model", "tenant", "tier")
 IDLE = "(idle headroom)"
@@ -780,10 +781,12 @@ PROMISE_COLUMNS = (
     "name",
     "tier",
     "promise",
-    "cost_per_hour_with",
-    "cost_per_hour_without",
+    "promised_load",
+    "share",
     "price_per_hour",
     "price_per_month",
+    "cost_per_hour_with",
+    "cost_per_hour_without",
     "replicas_with",
     "replicas_without",
     "gpus_with",
@@ -805,13 +808,11 @@ def _rung_summary(problem: dict[str, Any], solution: dict[str, Any]) -> dict[str
     }
 
 
-def _ladder(
-    plan: Plan, demands: set[str] | None, solve: Callable[[dict[str, Any]], dict[str, Any]]
-) -> list[dict[str, Any]]:
+def _ladder(plan: Plan, solve: Callable[[dict[str, Any]], dict[str, Any]]) -> list[dict[str, Any]]:
     """Each rung's summary; a rung no different from the one before is not solved again."""
     out: list[dict[str, Any]] = []
     before: dict[str, Any] | None = None
-    for rung, problem in promise_ladder(plan.problem, demands=demands):
+    for rung, problem in promise_ladder(plan.problem):
         if rung == "planned":
             summary = _rung_summary(plan.problem, plan.solution)
         elif before is not None and problem == before:
@@ -823,10 +824,34 @@ def _ladder(
     return out
 
 
+def _promise_weights(plan: Plan) -> dict[str, dict[str, Any]]:
+    """Per tenant: its tier and its promised load of each promise (``promise_weights`` summed
+    over its routed demands), in replicas' worth."""
+    problem = parse_problem(plan.problem)
+    demands = {d.id: d for d in problem.demands}
+    tier_of = {d["id"]: str(d.get("tier", "")) for d in plan.problem.get("demands", [])}
+    out: dict[str, dict[str, Any]] = {}
+    for d in problem.demands:
+        out.setdefault(d.tenant, {"tier": tier_of.get(d.id, ""), "zone": 0.0, "n+1": 0.0})
+        out[d.tenant].setdefault("burst", 0.0)
+    for row in plan.routing.all():
+        demand = demands.get(row.demand)
+        if demand is None:
+            continue
+        shape = problem.shape(row.shape)
+        load = row.requests_per_s * problem.request_cost_s(demand, shape) / shape.target_utilization
+        weights = promise_weights(
+            load, burst=demand.burst, promise_level=PROMISE_LEVEL[demand.promise]
+        )
+        for promise, weight in weights.items():
+            out[demand.tenant][promise] += weight
+    return dict(sorted(out.items()))
+
+
 def promise_pricing(*, plan: Plan | None = None) -> PromisePricing:
     """The price of each promise for ``plan`` (the active plan by default), computed and stored
-    the first time: the plan's problem re-solved one promise lighter at a time, for the fleet
-    and for each tier on its own (``promise_ladder``)."""
+    the first time: the plan's problem re-solved one promise lighter at a time
+    (``promise_ladder``), and each tenant's promised load to share each price by."""
     if plan is None:
         plan = selectors.plan_active_with_rows()
         if plan is None:
@@ -845,30 +870,10 @@ def promise_pricing(*, plan: Plan | None = None) -> PromisePricing:
             seed=settings.solver_seed,
         )
 
-    fleet = _ladder(plan, None, solve)
-    tier_demands: dict[str, set[str]] = defaultdict(set)
-    for d in plan.problem.get("demands", []):
-        tier_demands[str(d.get("tier", ""))].add(d["id"])
-    tiers = {name: _ladder(plan, ids, solve) for name, ids in sorted(tier_demands.items())}
-    # Planned load of each tenant in replicas' worth: routed requests × replica-seconds ÷ U.
-    problem = parse_problem(plan.problem)
-    demands = {d.id: d for d in problem.demands}
-    tier_of = {d["id"]: str(d.get("tier", "")) for d in plan.problem.get("demands", [])}
-    loads: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for row in plan.routing.all():
-        demand = demands.get(row.demand)
-        if demand is None:
-            continue
-        shape = problem.shape(row.shape)
-        used = row.requests_per_s * problem.request_cost_s(demand, shape) / shape.target_utilization
-        loads[tier_of[row.demand]][demand.tenant] += used
-    for d in plan.problem.get("demands", []):
-        loads[str(d.get("tier", ""))].setdefault(d["tenant"], 0.0)
     pricing = PromisePricing(
         plan=plan,
-        rungs=fleet,
-        tiers=tiers,
-        loads={tier: dict(sorted(v.items())) for tier, v in sorted(loads.items())},
+        rungs=_ladder(plan, solve),
+        weights=_promise_weights(plan),
         solve_seconds=time.perf_counter() - began,
     )
     try:
@@ -882,52 +887,52 @@ def promise_pricing(*, plan: Plan | None = None) -> PromisePricing:
     return pricing
 
 
-def _promise_rows(
-    scope: str, name: str, tier: str, ladder: list[dict[str, Any]], share: float
-) -> list[dict[str, Any]]:
-    rows = []
-    for before, after in itertools.pairwise(ladder):
-        with_, without = before["summary"], after["summary"]
-        price = (with_["cost_per_hour"] - without["cost_per_hour"]) * share
-        rows.append(
-            {
-                "scope": scope,
-                "name": name,
-                "tier": tier,
-                "promise": RUNG_PROMISE[after["rung"]],
-                "cost_per_hour_with": money(with_["cost_per_hour"] * share),
-                "cost_per_hour_without": money(without["cost_per_hour"] * share),
-                "price_per_hour": money(price),
-                "price_per_month": money(price * HOURS_PER_MONTH),
-                "replicas_with": with_["replicas"] if scope != "tenant" else None,
-                "replicas_without": without["replicas"] if scope != "tenant" else None,
-                "gpus_with": with_["gpus"] if scope != "tenant" else None,
-                "gpus_without": without["gpus"] if scope != "tenant" else None,
-                "solver_status": without["solver_status"],
-            }
-        )
-    return rows
-
-
 def finance_promises(*, now: datetime | None = None) -> Report:
     """What each promise (zone survival, N+1, burst headroom) costs per hour and per month
-    (``HOURS_PER_MONTH``): for the fleet, per tier (only that tier's promises dropped), and per
-    tenant (its tier's price shared by planned load, replicas' worth)."""
+    (``HOURS_PER_MONTH``): for the fleet (the ladder's steps), and for each tier and tenant its
+    share of each step by the load it promised (``promise_weights``), so tenants add up to
+    their tier and tiers to the fleet."""
     plan = selectors.plan_active_with_rows()
     if plan is None:
         raise NoActivePlan("No plan is active yet: run a re-plan.")
     pricing = promise_pricing(plan=plan)
-    rows = _promise_rows("fleet", "fleet", "", pricing.rungs, 1.0)
-    for tier, ladder in pricing.tiers.items():
-        rows += _promise_rows("tier", tier, tier, ladder, 1.0)
-    for tier, tenants in pricing.loads.items():
-        ladder = pricing.tiers.get(tier)
-        if not ladder:
-            continue
-        total = sum(tenants.values())
-        for tenant, load in tenants.items():
-            share = load / total if total > 0 else 1.0 / len(tenants)
-            rows += _promise_rows("tenant", tenant, tier, ladder, share)
+    tiers: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for weights in pricing.weights.values():
+        for promise in RUNG_PROMISE.values():
+            tiers[weights["tier"]][promise] += weights[promise]
+    totals = {p: sum(t[p] for t in tiers.values()) for p in RUNG_PROMISE.values()}
+    rows = []
+    steps = list(itertools.pairwise(pricing.rungs))
+    scopes: list[tuple[str, str, str, dict[str, float]]] = [("fleet", "fleet", "", totals)]
+    scopes += [("tier", name, name, dict(w)) for name, w in sorted(tiers.items())]
+    scopes += [("tenant", name, w["tier"], w) for name, w in pricing.weights.items()]
+    for scope, name, tier, weights in scopes:
+        for before, after in steps:
+            promise = RUNG_PROMISE[after["rung"]]
+            with_, without = before["summary"], after["summary"]
+            total = totals[promise]
+            share = weights[promise] / total if total > 0 else (1.0 if scope == "fleet" else 0.0)
+            price = (with_["cost_per_hour"] - without["cost_per_hour"]) * share
+            fleet = scope == "fleet"
+            rows.append(
+                {
+                    "scope": scope,
+                    "name": name,
+                    "tier": tier,
+                    "promise": promise,
+                    "promised_load": round(weights[promise], 4),
+                    "share": round(share, 6),
+                    "price_per_hour": money(price),
+                    "price_per_month": money(price * HOURS_PER_MONTH),
+                    "cost_per_hour_with": money(with_["cost_per_hour"]) if fleet else None,
+                    "cost_per_hour_without": money(without["cost_per_hour"]) if fleet else None,
+                    "replicas_with": with_["replicas"] if fleet else None,
+                    "replicas_without": without["replicas"] if fleet else None,
+                    "gpus_with": with_["gpus"] if fleet else None,
+                    "gpus_without": without["gpus"] if fleet else None,
+                    "solver_status": without["solver_status"],
+                }
+            )
     return Report(
         plan_version=plan.version,
         snapshot=None,

@@ -36,7 +36,8 @@ rounding), which is shared out in proportion to the load.
 
 The price of each promise (``promise_ladder``): the same problem re-solved one promise lighter
 at a time (zone survival, then N+1, then burst); the cost difference between two rungs is the
-price of the promise dropped between them.
+price of the promise dropped between them, shared among the demands by the load each promised
+(``promise_weights``).
 
 Units: prices in currency per GPU-hour (any one currency); hours are whole UTC hours given as
 epoch seconds of their start; months are calendar months in UTC ("2025-04"), weeks ISO weeks
@@ -642,6 +643,25 @@ RUNG_PROMISE: Mapping[PromiseRung, str] = {
     "without-n+1": "n+1",
     "without-burst": "burst",
 }
+
+
+def promise_weights(planned_load: float, *, burst: float, promise_level: int) -> dict[str, float]:
+    """How much of each promise's price a demand carries: its share of the promised load.
+
+    ``planned_load`` is the demand's planned load in replicas' worth (routed requests × burst
+    × replica-seconds per request ÷ target utilisation). Zone survival is carried by
+    zone-promised load, N+1 by load promised N+1 or zone (both keep a spare replica), the burst
+    headroom by the burst's part of the load, load × (1 − 1 / burst). A promise's price shared
+    by these weights adds up, over every demand, to the fleet's price.
+    """
+    load = _checks.non_negative("planned_load", planned_load)
+    factor = _checks.at_least_one("burst", burst)
+    level = _checks.non_negative_int("promise_level", promise_level)
+    return {
+        "zone": load if level >= 2 else 0.0,
+        "n+1": load if level >= 1 else 0.0,
+        "burst": load * (1.0 - 1.0 / factor),
+    }
 
 
 def promise_ladder(

@@ -291,9 +291,19 @@ class TestPromises(APITest):
         assert PromisePricing.objects.count() == 1
         again = client.get("/api/finance/promises/").json()
         assert again["rows"] == first["rows"] and PromisePricing.objects.count() == 1
-        # The helper's tier promises nothing: dropping its promises changes nothing.
+        # The helper's tier promises nothing, so it carries none of any promise's price.
         plain = [r for r in first["rows"] if r["scope"] == "tier" and r["name"] == "plain"]
         assert plain and all(r["price_per_hour"] == 0 for r in plain)
+        # Tenants add up to their tier, tiers to the fleet.
+        for promise in ("zone", "n+1", "burst"):
+            rows = [r for r in first["rows"] if r["promise"] == promise]
+            (fleet,) = [r for r in rows if r["scope"] == "fleet"]
+            for scope in ("tier", "tenant"):
+                total = sum(r["price_per_hour"] for r in rows if r["scope"] == scope)
+                assert total == pytest.approx(fleet["price_per_hour"], abs=0.02)
+                # The assistant promises all three, so every share is some tenant's.
+                shares = sum(r["share"] for r in rows if r["scope"] == scope)
+                assert shares == pytest.approx(1.0, abs=1e-5)
 
 
 class TestStoredOnce(FinanceTest):

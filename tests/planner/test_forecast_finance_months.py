@@ -27,6 +27,7 @@ from planner.forecast.finance import (
     project_costs,
     promise_floor,
     promise_ladder,
+    promise_weights,
     reservation_cost,
     rolling_peak,
     scale_replicas,
@@ -215,3 +216,17 @@ def test_ladder_relaxes_only_the_named_demands() -> None:
     last = ladder[-1][1]["demands"]
     assert last[0]["promise"] == "zone" and last[0]["burst"] == 1.5
     assert last[1]["promise"] == "none" and last[1]["burst"] == 1.0
+
+
+def test_promise_weights_by_hand() -> None:
+    # 18 replicas' worth of planned load at burst 1.5: 12 of it the peak, 6 the burst's part.
+    assert promise_weights(18.0, burst=1.5, promise_level=2) == {
+        "zone": 18.0,
+        "n+1": 18.0,
+        "burst": pytest.approx(6.0),
+    }
+    assert promise_weights(18.0, burst=1.0, promise_level=1) == {
+        "zone": 0.0,
+        "n+1": 18.0,
+        "burst": 0.0,
+    }
