@@ -122,9 +122,10 @@ class PromisesView(_FinanceView):
     @extend_schema(
         summary="The price of each promise: zone survival, N+1, burst headroom",
         description=(
-            "The active plan's problem re-solved one promise lighter at a time, for the fleet, "
-            "per tier and per tenant: cost per hour with and without, and the price per month. "
-            "Computed once per plan version (the first request waits for the solves)." + CSV_NOTE
+            "The active plan's problem re-solved one promise lighter at a time: the fleet's "
+            "cost per hour with and without each promise, and its price per hour and month, "
+            "shared among tiers and tenants by the load that promised it. Computed once per "
+            "plan version (the first request waits for the solves)." + CSV_NOTE
         ),
         parameters=[
             OpenApiParameter("format", str, enum=["json", "csv"], description="Answer format.")
