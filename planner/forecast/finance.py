@@ -612,11 +612,12 @@ def showback_split(
     # The larger of held and load divides: a pool busier than its target is split by load.
     base = np.maximum(held, load)
     with np.errstate(divide="ignore", invalid="ignore"):
-        per_hour = np.where(base > 0, costs / base, 0.0)
-        direct = used * per_hour[where]
+        # used / base is at most 1 (base ≥ the pool's load ≥ one load's use), so the ratio
+        # stays finite however small both are.
+        direct = np.where(base[where] > 0, costs[where] * (used / base[where]), 0.0)
         idle = costs - np.bincount(where, weights=direct, minlength=costs.size)
         idle = np.where(load > 0, np.maximum(idle, 0.0), costs)
-        shared = np.where(load[where] > 0, idle[where] * used / load[where], 0.0)
+        shared = np.where(load[where] > 0, idle[where] * (used / load[where]), 0.0)
     unallocated = np.where(load > 0, 0.0, costs)
     return ShowbackSplit(direct=direct, shared=shared, idle=idle, unallocated=unallocated)
 
