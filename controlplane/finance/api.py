@@ -18,7 +18,8 @@ from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
-from controlplane.api.permissions import ROLES, RolePermission
+from controlplane.core.api import QueryGuardMixin
+from controlplane.core.roles import ROLES, RolePermission
 from controlplane.finance import services
 from controlplane.finance.renderers import CSVRenderer
 from controlplane.finance.serializers import (
@@ -35,19 +36,11 @@ CSV_NOTE = (
 )
 
 
-class _FinanceView(APIView):
+class _FinanceView(QueryGuardMixin, APIView):
     permission_classes = [RolePermission]
     read_roles = frozenset(ROLES)
     renderer_classes = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
     query_serializer: type[Serializer[Any]] = ReportQuerySerializer
-
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        super().initial(request, *args, **kwargs)
-        for key, values in request.query_params.lists():
-            if "\x00" in key or any("\x00" in value for value in values):
-                raise exceptions.ValidationError(
-                    {key.replace("\x00", ""): ["Query parameters may not contain NUL."]}
-                )
 
     def finalize_response(
         self, request: Request, response: Response, *args: Any, **kwargs: Any

@@ -20,7 +20,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from controlplane.api.permissions import FINANCE, VIEWER
+from controlplane.core.roles import FINANCE, VIEWER
 from controlplane.finance import services
 from controlplane.finance.models import FinanceReport, FinanceSnapshot, PromisePricing
 from controlplane.finance.snapshot import snapshot_arrays

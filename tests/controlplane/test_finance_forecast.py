@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
 
-from controlplane.api.permissions import FINANCE
+from controlplane.core.roles import FINANCE
 from controlplane.finance import services
 from controlplane.finance import snapshot as snapshot_module
 from controlplane.plans import services as plan_services
