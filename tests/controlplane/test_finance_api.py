@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -348,3 +349,22 @@ class TestSchema(APITest):
         assert {"period", "group_by", "horizon"} <= forecast
         opencost = paths["/api/finance/forecast/opencost/"]["get"]["parameters"]
         assert "aggregate" in {p["name"] for p in opencost}
+
+
+class TestAdmin(FinanceTest):
+    def test_stored_results_are_shown_read_only(self, client: Any) -> None:
+        services.finance_forecast()
+        services.finance_promises()
+        admin_user = User.objects.create_superuser("root", password="pw-root")
+        client.force_login(admin_user)
+        snapshot = FinanceSnapshot.objects.get()
+        for model, pk in (
+            ("financesnapshot", snapshot.pk),
+            ("promisepricing", PromisePricing.objects.get().pk),
+            ("financereport", FinanceReport.objects.get().pk),
+        ):
+            assert client.get(f"/admin/finance/{model}/").status_code == 200, model
+            page = client.get(f"/admin/finance/{model}/{pk}/change/")
+            assert page.status_code == 200, model
+            assert b'type="submit"' not in page.content or b"Save" not in page.content
+            assert client.get(f"/admin/finance/{model}/add/").status_code == 403
