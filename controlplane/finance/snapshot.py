@@ -377,6 +377,7 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
     try:
         with transaction.atomic():
             snapshot.save()
+            _prune(snapshot)
     except IntegrityError:
         # Another request stored the same snapshot meanwhile: read theirs.
         found = selectors.snapshot_find(plan=plan, start=start, hours=hours)
@@ -384,6 +385,15 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
             raise
         return found
     return snapshot
+
+
+def _prune(kept: FinanceSnapshot) -> None:
+    """Delete the snapshots of the same horizon start that nothing reads any more: every one
+    but the first (history's "planned" is the earliest forecast of a period) and ``kept``
+    (the active plan's). Their stored reports go with them."""
+    same_start = FinanceSnapshot.objects.filter(start=kept.start).order_by("created_at", "pk")
+    first = same_start.values_list("pk", flat=True).first()
+    same_start.exclude(pk__in=[kept.pk, first]).delete()
 
 
 def snapshot_arrays(snapshot: FinanceSnapshot) -> dict[str, npt.NDArray[Any]]:

@@ -2,7 +2,7 @@
 
 One region of three zones, one GPU type (2.00 $/GPU-hour on demand, 1.30 reserved), one
 1-GPU shape benchmarked at 100 output tokens/s; the "assistant" tenant sends 8 requests/s of
-100 output tokens (no prompt) on a tier with burst 1.5 and zone survival, so the plan holds
+100 output tokens (one prompt token: a nanosecond of prefill) on a tier with burst 1.5 and zone survival, so the plan holds
 the seeds' 27 replicas (9 per zone). ``with_second_tenant`` adds a 2 requests/s tenant on a
 tier with no promise, for splits between tenants.
 """
@@ -30,7 +30,9 @@ def seeds_fleet(records: Records, *, with_second_tenant: bool = False) -> Region
         records.inventory(zone=zone, accelerator=gpu, gpus_available=1000)
     model = records.llm_model(name="m")
     shape = records.shape(name="m/gpu80x1", model=model, accelerator=gpu, gpus_per_replica=1)
-    records.figure(shape=shape, prefill_tokens_per_s=4000.0, decode_tokens_per_s=100.0)
+    # Prefill so fast that the one prompt token of each request costs a nanosecond: the
+    # seeds' example has output tokens only.
+    records.figure(shape=shape, prefill_tokens_per_s=1e9, decode_tokens_per_s=100.0)
     mix = records.workload_class(name="mix")
     zonal = records.tier(
         name="zonal", failure_promise="zone", burst_factor=1.5, target_utilization=0.7
@@ -48,16 +50,17 @@ def _tenant(
     tenant = records.tenant(name=name, tier=tier, home_region=region, residency_regions=(region,))
     figures = {
         "peak_requests_per_s": rate,
-        "prompt_tokens_p50": 0.0,
-        "prompt_tokens_mean": 0.0,
-        "prompt_tokens_p95": 0.0,
-        "prompt_tokens_p99": 0.0,
+        "prompt_tokens_p50": 1.0,
+        "prompt_tokens_mean": 1.0,
+        "prompt_tokens_p95": 1.0,
+        "prompt_tokens_p99": 1.0,
         "output_tokens_p50": 100.0,
         "output_tokens_mean": 100.0,
         "output_tokens_p95": 100.0,
         "output_tokens_p99": 100.0,
     }
-    records.profile(tenant=tenant, model=model, workload_class=mix, **figures)
+    profile = records.profile(tenant=tenant, model=model, workload_class=mix, **figures)
+    profile.full_clean()
 
 
 def active_plan() -> Plan:

@@ -29,6 +29,7 @@ from controlplane.plans.models import Plan
 from planner.forecast.finance import HOURS_PER_MONTH, period_end
 from tests.controlplane.api_harness import APITest, ReportEndpointContract
 from tests.controlplane.finance_helpers import ON_DEMAND, RESERVED, active_plan, seeds_fleet
+from tests.controlplane.plans_helpers import raise_profile
 
 ENDPOINTS = (
     "/api/finance/forecast/",
@@ -368,3 +369,19 @@ class TestAdmin(FinanceTest):
             assert page.status_code == 200, model
             assert b'type="submit"' not in page.content or b"Save" not in page.content
             assert client.get(f"/admin/finance/{model}/add/").status_code == 403
+
+
+class TestRetention(FinanceTest):
+    def test_only_the_first_and_the_active_snapshot_of_a_horizon_stay(self) -> None:
+        first = services.finance_snapshot()
+        for factor in (1.5, 2.0):
+            raise_profile("helper", factor)
+            assert active_plan().version > self.plan.version
+            services.finance_forecast(group_by=["tenant"])
+        kept = list(FinanceSnapshot.objects.order_by("created_at").values_list("pk", flat=True))
+        newest = services.finance_snapshot()
+        assert kept == [first.pk, newest.pk]
+        assert newest.plan.state == Plan.State.ACTIVE
+        assert (
+            FinanceReport.objects.filter(snapshot__in=kept).count() == FinanceReport.objects.count()
+        )
