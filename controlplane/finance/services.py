@@ -887,7 +887,7 @@ def promise_pricing(*, plan: Plan | None = None) -> PromisePricing:
     return pricing
 
 
-def finance_promises(*, now: datetime | None = None) -> Report:
+def finance_promises() -> Report:
     """What each promise (zone survival, N+1, burst headroom) costs per hour and per month
     (``HOURS_PER_MONTH``): for the fleet (the ladder's steps), and for each tier and tenant its
     share of each step by the load it promised (``promise_weights``), so tenants add up to
@@ -1060,7 +1060,8 @@ def finance_history(
     spans = [PeriodSpan(period_label(s, kind), s, period_end(s, kind)) for s in starts]
     atoms = _Atoms()
     versions: dict[tuple[int, tuple[str, ...]], set[int]] = defaultdict(set)
-    for span_ in selectors.plan_activation_timeline(before=moment):
+    timeline = selectors.plan_activation_timeline(before=moment)
+    for span_ in timeline:
         plan = span_.plan
         active_from = int(span_.start.timestamp())
         active_to = int(span_.end.timestamp()) if span_.end is not None else end_ts
@@ -1097,7 +1098,7 @@ def finance_history(
                     versions[(k, tuple(attrs[g] for g in groups))].add(plan.version)
     grouped = _group(atoms, groups, HISTORY_VALUES)
     hours_by_period: dict[int, float] = defaultdict(float)
-    for span_ in selectors.plan_activation_timeline(before=moment):
+    for span_ in timeline:
         active_from = int(span_.start.timestamp())
         active_to = int(span_.end.timestamp()) if span_.end is not None else end_ts
         for k, period_span in enumerate(spans):
