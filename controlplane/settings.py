@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "controlplane.benchmarks",
     "controlplane.emission",
     "controlplane.pipeline",
+    "controlplane.finance",
     "axes",
 ]
 
