@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from planner.capacity.simulation import Requests, latency_quantile, open_loop_times
-from planner.capacity.slo import capacity_at_slo_of
+from planner.capacity.search import KneeSearch
+from planner.capacity.simulation import latency_quantile
 from planner.capacity.workload import request_cost
 from planner.errors import PlannerInputError
 from tests.workers.live_services import free_port
@@ -34,7 +34,6 @@ from workers.benchmarks import loadtest
 from workers.benchmarks.loadgen import Endpoint, LoadGeneratorPool, RequestRecord, _send
 from workers.benchmarks.loadtest import (
     KneeReport,
-    KneeSearch,
     RunReport,
     TokenRates,
     cost_model_knee,
@@ -42,7 +41,6 @@ from workers.benchmarks.loadtest import (
     measure_token_rates,
     record_load_test,
     run_open_loop,
-    search_knee,
     summarize_run,
 )
 from workers.benchmarks.replica_server import ReplicaConfig, replica_server_process
@@ -175,62 +173,6 @@ def test_classes_from_profiles_weigh_by_peak_rate() -> None:
     assert [c.share for c in classes] == [0.75, 0.25, 0.0]
     assert classes[0].prompt == LengthProfile(100, 120, 400)
     assert classes[0].prefix_cache_hit_rate == 0.35
-
-
-# -- the search ---------------------------------------------------------------------------------
-
-
-def test_the_search_is_the_planners_slo_search() -> None:
-    # Same predicate (the planner's simulated p95 end-to-end latency on one sample), same
-    # start, same bound: the same rates in the same order and the same knee as capacity_at_slo.
-    sample = sample_requests(CLASSES, 4000, seed=2)
-    unit = unit_rate_arrivals(4000, seed=2)
-    service = sample.prompt_tokens / SLOT_PREFILL + sample.output_tokens / SLOT_DECODE
-    requests = Requests.from_arrays(service)
-    saturation = SLOTS * requests.count / float(service.sum())
-
-    def meets(rate: float) -> bool:
-        arrival = unit / rate
-        _, done = open_loop_times(requests, arrival, SLOTS, engine="python")
-        return float(np.sort(done - arrival)[int(0.95 * requests.count)]) <= 0.2
-
-    ours = search_knee(
-        meets,
-        first_rate=0.7 * saturation,
-        upper_rate=saturation,
-        rel_tol=1e-3,
-        max_points=200,
-    )
-    planners = capacity_at_slo_of(requests, unit, SLOTS, 0.2, rel_tol=1e-3, engine="python")
-    assert ours.knee_rate == planners.knee_rate and ours.bracketed
-    assert ours.rates == tuple(p.rate for p in planners.points)
-    assert ours.meets == tuple(p.meets for p in planners.points)
-
-
-def test_without_an_upper_bound_the_search_doubles_until_a_rate_fails() -> None:
-    def meets(rate: float) -> bool:
-        return rate <= 37.3
-
-    found = search_knee(meets, first_rate=5.0, rel_tol=0.01)
-    assert found.rates[:4] == (5.0, 10.0, 20.0, 40.0)
-    assert found.bracketed and 37.3 * 0.99 <= found.knee_rate <= 37.3
-    capped = search_knee(meets, first_rate=5.0, max_rate=12.0)
-    assert capped.rates == (5.0, 10.0, 12.0) and not capped.bracketed
-    assert capped.knee_rate == 12.0
-    nothing = search_knee(lambda rate: False, first_rate=8.0, upper_rate=10.0, max_points=5)
-    assert nothing.knee_rate == 0 and nothing.rates == (8.0, 4.0, 2.0, 1.0, 0.5)
-    # Over HTTP each halving doubles a run's length: the search stops at a floor.
-    floored = search_knee(lambda rate: False, first_rate=8.0, min_rate=1.5)
-    assert floored.knee_rate == 0 and floored.rates == (8.0, 4.0, 2.0)
-
-
-def test_search_arguments_are_checked() -> None:
-    with pytest.raises(PlannerInputError) as info:
-        search_knee(lambda rate: True, first_rate=10.0, upper_rate=5.0)
-    assert info.value.argument == "first_rate"
-    with pytest.raises(PlannerInputError) as info:
-        search_knee(lambda rate: True, first_rate=1.0, rel_tol=1.0)
-    assert info.value.argument == "rel_tol"
 
 
 # -- run reports ----------------------------------------------------------------------------------

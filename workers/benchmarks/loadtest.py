@@ -21,7 +21,7 @@ Capacity is the knee (``find_knee``): the highest open-loop rate whose TTFT ``qu
 the target. The search is ``planner.capacity.slo``'s: common random numbers (one request sample
 and one unit-rate arrival stream, the arrivals at rate λ being that stream divided by λ, so
 every rate sends the same requests in the same pattern) and bracketing plus bisection
-(``search_knee``). Each rate's run has its own run key, so cold runs stay cold across the sweep.
+(``planner.capacity.search.search_knee``, the one knee search). Each rate's run has its own run key, so cold runs stay cold across the sweep.
 A closed-loop figure (``run_closed_loop``: N users, each sending its next request when the
 previous completes) can be measured beside it: its throughput is what the replica does flat
 out, with latency nobody accepts, which is why it is not the capacity.
@@ -51,13 +51,14 @@ import math
 import os
 import secrets
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from planner.capacity.search import KneeSearch, search_knee
 from planner.capacity.simulation import Requests, latency_quantile, open_loop_times
 from planner.capacity.slo import FIRST_POINT_UTILISATION
 from planner.capacity.workload import request_cost
@@ -78,7 +79,6 @@ if TYPE_CHECKING:  # Django is needed only to record results, never to run a tes
 __all__ = [
     "FIRST_POINT_UTILISATION",
     "KneeReport",
-    "KneeSearch",
     "LatencyPercentiles",
     "LoadTestFailed",
     "LoadTestPlan",
@@ -96,7 +96,6 @@ __all__ = [
     "record_load_test",
     "run_closed_loop",
     "run_open_loop",
-    "search_knee",
     "steady_token_rates",
     "summarize_run",
 ]
@@ -513,81 +512,6 @@ def _closed_run(
 
 
 # -- the knee -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KneeSearch:
-    """Result of ``search_knee``: the highest rate that met (0 if none did), whether a failing
-    rate bounds it from above (false: every rate tried met, up to ``max_rate`` or the point
-    budget), and the rates tried with their outcomes, in order."""
-
-    knee_rate: float
-    bracketed: bool
-    rates: tuple[float, ...]
-    meets: tuple[bool, ...]
-
-
-def search_knee(
-    meets: Callable[[float], bool],
-    *,
-    first_rate: float,
-    upper_rate: float | None = None,
-    max_rate: float | None = None,
-    min_rate: float | None = None,
-    rel_tol: float = 0.02,
-    max_points: int = 16,
-) -> KneeSearch:
-    """Bracketing plus bisection for the highest rate where ``meets(rate)`` holds.
-
-    ``planner.capacity.slo``'s search: rates at or below ``lo`` meet (``lo`` = 0 at first),
-    rates at or above ``hi`` fail; ``upper_rate`` is a rate known to fail without trying it (the
-    saturation rate, when known) and is ``hi`` at first. While nothing has met, the next rate
-    halves ``hi``; once bracketed, bisection halves [lo, hi] until ``hi − lo ≤ rel_tol × hi``.
-    With ``upper_rate`` = saturation and ``first_rate`` = 0.7 × saturation the points are those
-    ``capacity_at_slo`` evaluates. Without an upper bound (an endpoint of unknown capacity) the
-    rate doubles from the last one that met until one fails or ``max_rate`` (the most the
-    generators may send) has met. At most ``max_points`` rates are tried, and while nothing
-    has met, none below ``min_rate``: a run of the same requests at half the rate takes twice
-    as long, so halving toward 0 as the simulator does would take hours over HTTP.
-    """
-    lo = 0.0
-    hi = math.inf if upper_rate is None else _positive("upper_rate", upper_rate)
-    rate = _positive("first_rate", first_rate)
-    cap = math.inf if max_rate is None else _positive("max_rate", max_rate)
-    floor = 0.0 if min_rate is None else _positive("min_rate", min_rate)
-    tolerance = _positive("rel_tol", rel_tol)
-    if tolerance >= 1:
-        raise PlannerInputError("rel_tol", f"must be in (0, 1), got {rel_tol!r}")
-    if isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 1:
-        raise PlannerInputError("max_points", f"must be a whole number >= 1, got {max_points!r}")
-    if rate >= hi:
-        raise PlannerInputError("first_rate", f"must be below upper_rate {hi!r}, got {rate!r}")
-    rate = min(rate, cap)
-    rates: list[float] = []
-    outcomes: list[bool] = []
-    while len(rates) < max_points:
-        met = meets(rate)
-        rates.append(rate)
-        outcomes.append(met)
-        if met:
-            lo = rate
-        else:
-            hi = rate
-        if lo > 0 and math.isfinite(hi) and hi - lo <= tolerance * hi:
-            break
-        if math.isinf(hi):
-            if lo >= cap:
-                break
-            rate = min(2.0 * lo, cap)
-        elif lo == 0:
-            if hi / 2.0 < floor:
-                break
-            rate = hi / 2.0
-        else:
-            rate = (lo + hi) / 2.0
-    return KneeSearch(
-        knee_rate=lo, bracketed=math.isfinite(hi), rates=tuple(rates), meets=tuple(outcomes)
-    )
 
 
 @dataclass(frozen=True)
