@@ -31,15 +31,17 @@ from planner.capacity.workload import request_cost
 from planner.errors import PlannerInputError
 from tests.workers.live_services import free_port
 from workers.benchmarks import loadtest
-from workers.benchmarks.loadgen import Endpoint, LoadGeneratorPool, RequestRecord, _send
+from workers.benchmarks.endpoint import Endpoint, RequestRecord
+from workers.benchmarks.loadgen import LoadGeneratorPool, _send
+from workers.benchmarks.loadtest.cli import main as loadtest_main
 from workers.benchmarks.loadtest import (
     KneeReport,
+    LoadTestResult,
     RunReport,
     TokenRates,
     cost_model_knee,
     find_knee,
     measure_token_rates,
-    record_load_test,
     run_open_loop,
     summarize_run,
 )
@@ -501,7 +503,16 @@ def _started_run(classes: Any, report: KneeReport, endpoint: Endpoint) -> Any:
     run, _ = services.benchmark_run_request(
         shape=fleet.shape, kind=BenchmarkRun.Kind.ENDPOINT, enqueue=False
     )
-    workload = loadtest.load_test_workload(classes, report, endpoint)
+    workload = loadtest.load_test_workload(
+        classes,
+        endpoint=endpoint,
+        target_ttft_s=report.target_ttft_s,
+        quantile=report.quantile,
+        cache=report.cache,
+        requests_per_point=report.requests_per_point,
+        seed=report.seed,
+        cv=report.cv,
+    )
     return services.benchmark_run_start(run=run, workload=workload)
 
 
@@ -509,16 +520,17 @@ def _started_run(classes: Any, report: KneeReport, endpoint: Endpoint) -> Any:
 def test_results_are_stored_as_an_endpoint_load_test_figure(
     bench: Bench, sweep: Sweep, rates: TokenRates
 ) -> None:
+    from controlplane.benchmarks import services
     from controlplane.benchmarks.models import BenchmarkRun
     from controlplane.fleet.models import CapacityFigure
 
     run = _started_run(CLASSES, sweep.report, bench.endpoint)
     software = loadtest.load_test_software()
-    figures = record_load_test(
+    figures = services.measurement_record(
         run=run,
-        report=sweep.report,
-        rates=rates,
-        max_concurrency=SLOTS,
+        measurement=services.load_test_measurement(
+            LoadTestResult(sweep.report, rates), max_concurrency=SLOTS
+        ),
         hardware={"load_generators": list(bench.pool.hosts)},
         software=software,
     )
@@ -572,7 +584,7 @@ def test_an_unreachable_endpoint_is_a_failed_run_that_stores_nothing(bench: Benc
     plan = loadtest.LoadTestPlan(
         endpoint=nowhere, max_concurrency=SLOTS, first_rate=100.0, requests_per_point=50
     )
-    ended = loadtest.endpoint_load_test_execute(run_id=run.pk, plan=plan, pool=bench.pool)
+    ended = services.endpoint_run_execute(run_id=run.pk, plan=plan, pool=bench.pool)
     assert ended is not None and ended.status == BenchmarkRun.Status.FAILED
     assert "endpoint load test failed" in ended.error and "50 of 50" in ended.error
     assert ended.results["load_test"]["points"][0]["errors"] == 50
@@ -624,7 +636,7 @@ def test_a_queued_endpoint_run_measures_the_models_profiles_at_its_tiers_target(
         rel_tol=0.2,
         probe_users=2 * SLOTS,
     )
-    ended = loadtest.endpoint_load_test_execute(run_id=run.pk, plan=plan, pool=bench.pool)
+    ended = services.endpoint_run_execute(run_id=run.pk, plan=plan, pool=bench.pool)
     assert ended is not None and ended.status == BenchmarkRun.Status.SUCCEEDED, ended.error
     figure = ended.figures.get()
     assert figure.source == CapacityFigure.Source.ENDPOINT_LOAD_TEST
@@ -652,10 +664,10 @@ def test_command_line_refuses_a_bad_classes_file_naming_the_field(
 ) -> None:
     broken = [{**CLASSES[0].as_dict(), "output_tokens": {"p50": 10}}]
     argv = ["--base-url=http://127.0.0.1:9", "--model=m", "--target-ttft-s=1", "--first-rate=1"]
-    assert loadtest.main([*argv, f"--classes={_classes_file(tmp_path, broken)}"]) == 2
+    assert loadtest_main([*argv, f"--classes={_classes_file(tmp_path, broken)}"]) == 2
     assert "output_tokens: must be an object with p50, mean and p99" in capsys.readouterr().err
     shares = [c.as_dict() for c in CLASSES[:1]]
-    assert loadtest.main([*argv, f"--classes={_classes_file(tmp_path, shares)}"]) == 2
+    assert loadtest_main([*argv, f"--classes={_classes_file(tmp_path, shares)}"]) == 2
     assert "shares must sum to 1" in capsys.readouterr().err
 
 
@@ -663,7 +675,7 @@ def test_command_line_sweeps_and_writes_the_report(
     bench: Bench, tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     output = tmp_path / "report.json"
-    status = loadtest.main(
+    status = loadtest_main(
         [
             f"--base-url={bench.endpoint.base_url}",
             "--model=sim",
