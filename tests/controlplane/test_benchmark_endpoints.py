@@ -260,7 +260,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def replica_url() -> Iterator[str]:
-    from workers.benchmarks.replica_server import ReplicaConfig, replica_server_process
+    from workers.simulators.replica import ReplicaConfig, replica_server_process
 
     config = ReplicaConfig.fifo_slots(
         SLOTS, SLOT_PREFILL * SLOTS, SLOT_DECODE * SLOTS, model="sim", stream_interval_s=0.02

@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from controlplane.emission import services
 from controlplane.emission.models import DeliveryAttempt, OutboxEntry
 from tests.controlplane.emission_support import SECRET, make_plan, webhook_sink
-from workers.webhook_receiver import WebhookReceiver
+from workers.simulators.webhook_receiver import WebhookReceiver
 
 DISPATCHERS = 2
 SINKS = 4  # × 3 regions = 12 rows

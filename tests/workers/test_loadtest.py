@@ -33,7 +33,6 @@ from tests.workers.live_services import free_port
 from workers.benchmarks import loadtest
 from workers.benchmarks.endpoint import Endpoint, RequestRecord
 from workers.benchmarks.loadgen import LoadGeneratorPool, _send
-from workers.benchmarks.loadtest.cli import main as loadtest_main
 from workers.benchmarks.loadtest import (
     KneeReport,
     LoadTestResult,
@@ -45,7 +44,7 @@ from workers.benchmarks.loadtest import (
     run_open_loop,
     summarize_run,
 )
-from workers.benchmarks.replica_server import ReplicaConfig, replica_server_process
+from workers.benchmarks.loadtest.cli import main as loadtest_main
 from workers.benchmarks.workload import (
     UNIQUE_TAIL_TOKENS,
     ClassProfile,
@@ -57,6 +56,7 @@ from workers.benchmarks.workload import (
     shared_prefix_words,
     unit_rate_arrivals,
 )
+from workers.simulators.replica import ReplicaConfig, replica_server_process
 
 SPEEDUP = 20.0
 SLOTS = 8

@@ -28,7 +28,7 @@ import yaml
 from planner.capacity import memory
 from planner.capacity.sizing import replicas_needed
 from planner.capacity.workload import request_cost
-from workers.fleetsim.fleet import ClassSpec, FleetSpec, PoolSpec, StreamSpec
+from workers.simulators.fleet.fleet import ClassSpec, FleetSpec, PoolSpec, StreamSpec
 
 DEFAULT_TARGET_UTILIZATION = 0.7
 _GB = memory.GB
