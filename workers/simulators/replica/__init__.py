@@ -24,6 +24,7 @@ from workers.simulators.replica.batching import BatchingEngine, Emission, Prefix
 from workers.simulators.replica.config import ReplicaConfig
 from workers.simulators.replica.process import replica_server_process
 from workers.simulators.replica.server import ReplicaServer, app_engine, make_app, serve
+from workers.simulators.replica.virtual import VirtualReplicaPool
 
 __all__ = [
     "BatchingEngine",
@@ -31,6 +32,7 @@ __all__ = [
     "PrefixCache",
     "ReplicaConfig",
     "ReplicaServer",
+    "VirtualReplicaPool",
     "app_engine",
     "block_hashes",
     "make_app",
