@@ -48,6 +48,13 @@ _ENV_NAME = RegexValidator(
 _V1_SUFFIX = re.compile(r"/v1/?$")
 
 
+def freshest_figure(shape: ReplicaShape) -> CapacityFigure | None:
+    """The freshest whole-mix figure of the shape, else its freshest figure of any class (one
+    query's rule, here because an endpoint's ``clean`` needs it; ``selectors`` re-exports it)."""
+    figures = CapacityFigure.objects.filter(shape=shape).order_by("-measured_at", "-pk")
+    return figures.filter(workload_class__isnull=True).first() or figures.first()
+
+
 class BenchmarkRun(models.Model):
     class Kind(models.TextChoices):
         ENGINE = "engine", "engine benchmark"
@@ -275,9 +282,6 @@ class BenchmarkEndpoint(Revisioned):
         if self.served_model_name and not self.served_model_name.strip():
             errors["served_model_name"] = "Give the model name the endpoint serves."
         if self.max_concurrency is None and self.shape_id is not None:
-            # Imported here: the selectors module imports this one.
-            from controlplane.benchmarks.selectors import freshest_figure
-
             figure = freshest_figure(self.shape)
             if figure is None:
                 errors["max_concurrency"] = (

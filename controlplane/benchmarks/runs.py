@@ -28,9 +28,10 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ValidationError
@@ -54,16 +55,13 @@ from workers.benchmarks.loadtest import (
 )
 from workers.benchmarks.workload import ClassProfile, classes_from_profiles
 
-if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
 logger = logging.getLogger(__name__)
 
 Actor = AbstractBaseUser | AnonymousUser
 # Runs the engine job: (job, settings) → the runner's result (see ``workers.benchmarks``).
 EngineRunner = Callable[[Mapping[str, Any], BenchmarkSettings], Mapping[str, Any]]
 # Starts ``count`` load generators; closing the context stops them.
-LoadGenerators = Callable[[int], "AbstractContextManager[LoadPool]"]
+LoadGenerators = Callable[[int], AbstractContextManager[LoadPool]]
 
 ENGINE_TASK = "headroom.benchmarks.engine"
 ENDPOINT_TASK = "headroom.benchmarks.endpoint"
@@ -642,7 +640,7 @@ def endpoint_run_execute(
         target = plan.target_ttft_s or min(p.tenant.tier.p95_ttft_slo_s for p in profiles)
     except PlannerInputError as exc:
         return benchmark_run_fail(run=found, error=f"no load to send: {exc}")
-    resolved = plan
+    load_plan: LoadTestPlan = plan  # narrowed, for the closure below
     workload = load_test_workload(
         classes,
         endpoint=plan.endpoint,
@@ -656,12 +654,12 @@ def endpoint_run_execute(
 
     def measure(started: BenchmarkRun, seen: Provenance) -> Measurement:
         seen.software = dict(load_test_software())
-        with generators(resolved.generators) as load:
+        with generators(load_plan.generators) as load:
             seen.hardware = {"load_generators": list(load.hosts)}
-            first_rate = resolved.first_rate or load_test_first_rate(started.shape, classes)
+            first_rate = load_plan.first_rate or load_test_first_rate(started.shape, classes)
             result = load_test_run(
-                load, resolved, classes, target_ttft_s=target, first_rate=first_rate
+                load, load_plan, classes, target_ttft_s=target, first_rate=first_rate
             )
-        return load_test_measurement(result, max_concurrency=resolved.max_concurrency)
+        return load_test_measurement(result, max_concurrency=load_plan.max_concurrency)
 
     return _execute(run=found, task_id=task_id, workload=workload, measure=measure)

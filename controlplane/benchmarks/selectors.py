@@ -25,7 +25,7 @@ from typing import Any
 from django.utils import timezone
 
 from controlplane.benchmarks.conf import benchmark_settings
-from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun
+from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun, freshest_figure
 from controlplane.fleet.models import CapacityFigure, LlmModel, ReplicaShape
 from controlplane.policies.models import WorkloadProfile
 
@@ -138,12 +138,6 @@ def shape_fingerprint(shape: ReplicaShape) -> dict[str, Any]:
         "accelerator": shape.accelerator.name,
         "gpus_per_replica": shape.gpus_per_replica,
     }
-
-
-def freshest_figure(shape: ReplicaShape) -> CapacityFigure | None:
-    """The freshest whole-mix figure of the shape, else its freshest figure of any class."""
-    figures = CapacityFigure.objects.filter(shape=shape).order_by("-measured_at", "-pk")
-    return figures.filter(workload_class__isnull=True).first() or figures.first()
 
 
 def refresh_reasons(

@@ -16,14 +16,12 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy.typing as npt
 
 from planner.errors import PlannerInputError
-
-if TYPE_CHECKING:
-    from workers.benchmarks.workload import RequestSample
+from workers.benchmarks.workload import RequestSample
 
 __all__ = ["Api", "Endpoint", "LoadPool", "Outcome", "RequestRecord"]
 
