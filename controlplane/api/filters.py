@@ -7,16 +7,13 @@ value is a 400 naming the parameter, not an empty page.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import django_filters
 from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.utils import timezone
-from rest_framework.filters import OrderingFilter
-from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.request import Request
 
+from controlplane.core.filters import StrictFilterSet
 from controlplane.fleet.models import (
     CapacityFigure,
     Geography,
@@ -29,37 +26,13 @@ from controlplane.fleet.models import (
 from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
 
 
-class RecordPagination(LimitOffsetPagination):
-    """``?limit=&offset=``; the page size is ``PAGE_SIZE`` unless ``limit`` asks otherwise."""
-
-    # Bounds one response (and keeps LIMIT inside the database's integer range).
-    max_limit = 1000
-
-
-class StableOrderingFilter(OrderingFilter):
-    """``?ordering=a,-b`` over the view's ``ordering_fields``, ties broken by id.
-
-    Without the tie-break, rows that compare equal (two figures measured at the same time)
-    could move between pages from one request to the next.
-    """
-
-    def get_ordering(self, request: Request, queryset: QuerySet[Any], view: Any) -> list[Any]:
-        requested = super().get_ordering(request, queryset, view)
-        ordering: list[Any] = list(
-            requested or queryset.query.order_by or queryset.model._meta.ordering
-        )
-        if not {"pk", "-pk", "id", "-id"} & set(ordering):
-            ordering.append("pk")
-        return ordering
-
-
-class RegionFilter(django_filters.FilterSet):
+class RegionFilter(StrictFilterSet):
     class Meta:
         model = Region
         fields = ("geography",)
 
 
-class ZoneFilter(django_filters.FilterSet):
+class ZoneFilter(StrictFilterSet):
     geography = django_filters.ModelChoiceFilter(
         field_name="region__geography",
         queryset=Geography.objects.all(),
@@ -71,7 +44,7 @@ class ZoneFilter(django_filters.FilterSet):
         fields = ("region", "state")
 
 
-class RegionLinkFilter(django_filters.FilterSet):
+class RegionLinkFilter(StrictFilterSet):
     region = django_filters.ModelChoiceFilter(
         queryset=Region.objects.all(),
         method="filter_either_end",
@@ -88,7 +61,7 @@ class RegionLinkFilter(django_filters.FilterSet):
         return queryset.filter(Q(region_a=value) | Q(region_b=value))
 
 
-class ZoneInventoryFilter(django_filters.FilterSet):
+class ZoneInventoryFilter(StrictFilterSet):
     region = django_filters.ModelChoiceFilter(
         field_name="zone__region", queryset=Region.objects.all(), label="Zones of this region."
     )
@@ -98,13 +71,13 @@ class ZoneInventoryFilter(django_filters.FilterSet):
         fields = ("zone", "accelerator")
 
 
-class ReplicaShapeFilter(django_filters.FilterSet):
+class ReplicaShapeFilter(StrictFilterSet):
     class Meta:
         model = ReplicaShape
         fields = ("model", "accelerator")
 
 
-class CapacityFigureFilter(django_filters.FilterSet):
+class CapacityFigureFilter(StrictFilterSet):
     stale = django_filters.TypedChoiceFilter(
         choices=[("true", "true"), ("false", "false")],
         coerce=lambda value: value == "true",
@@ -126,13 +99,13 @@ class CapacityFigureFilter(django_filters.FilterSet):
         return queryset.filter(measured_at__gte=cutoff)
 
 
-class TierFilter(django_filters.FilterSet):
+class TierFilter(StrictFilterSet):
     class Meta:
         model = Tier
         fields = ("failure_promise",)
 
 
-class TenantFilter(django_filters.FilterSet):
+class TenantFilter(StrictFilterSet):
     residency_region = django_filters.ModelChoiceFilter(
         field_name="residency_regions",
         queryset=Region.objects.all(),
@@ -144,13 +117,13 @@ class TenantFilter(django_filters.FilterSet):
         fields = ("tier", "home_region", "residency_geography", "spill_allowed")
 
 
-class TenantQuotaFilter(django_filters.FilterSet):
+class TenantQuotaFilter(StrictFilterSet):
     class Meta:
         model = TenantQuota
         fields = ("tenant",)
 
 
-class WorkloadProfileFilter(django_filters.FilterSet):
+class WorkloadProfileFilter(StrictFilterSet):
     class Meta:
         model = WorkloadProfile
         fields = ("tenant", "model", "workload_class", "region", "source")

@@ -8,19 +8,23 @@ of the selected shapes, through the same service the API and the schedule use.
 from __future__ import annotations
 
 import json
-from typing import Any
+from datetime import datetime
+from typing import Any, ClassVar
 
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
-from simple_history.admin import SimpleHistoryAdmin
 
 from controlplane.benchmarks import selectors, services
 from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun, ShapeFreshness
-from controlplane.policies.admin import RevisionedAdmin
-from controlplane.policies.forms import RevisionCheckedForm
+from controlplane.core.admin import (
+    ReadOnlyAdmin,
+    ReadOnlyHistoryAdmin,
+    RevisionCheckedForm,
+    RevisionedAdmin,
+)
 
 
 def _pretty(value: Any) -> str:
@@ -28,7 +32,7 @@ def _pretty(value: Any) -> str:
 
 
 @admin.register(BenchmarkRun)
-class BenchmarkRunAdmin(SimpleHistoryAdmin):  # type: ignore[type-arg]
+class BenchmarkRunAdmin(ReadOnlyHistoryAdmin):
     list_display = [
         "id",
         "requested_at",
@@ -44,7 +48,7 @@ class BenchmarkRunAdmin(SimpleHistoryAdmin):  # type: ignore[type-arg]
     search_fields = ["shape__name", "reason", "error", "task_id"]
     date_hierarchy = "requested_at"
     list_select_related = ["shape"]
-    fields = [
+    fields: ClassVar[tuple[str, ...]] = (
         "shape",
         "kind",
         "status",
@@ -63,17 +67,8 @@ class BenchmarkRunAdmin(SimpleHistoryAdmin):  # type: ignore[type-arg]
         "hardware_pretty",
         "software_pretty",
         "results_pretty",
-    ]
+    )
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="duration (s)")
     def duration(self, obj: BenchmarkRun) -> str:
@@ -105,7 +100,7 @@ class BenchmarkRunAdmin(SimpleHistoryAdmin):  # type: ignore[type-arg]
         return _pretty(obj.results)
 
 
-class BenchmarkEndpointForm(RevisionCheckedForm):
+class BenchmarkEndpointForm(RevisionCheckedForm[BenchmarkEndpoint]):
     # In-cluster replicas usually speak plain HTTP: a host typed without a scheme gets http://.
     base_url = forms.URLField(
         max_length=500,
@@ -149,7 +144,7 @@ class BenchmarkEndpointAdmin(RevisionedAdmin):
 
 
 @admin.register(ShapeFreshness)
-class ShapeFreshnessAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ShapeFreshnessAdmin(ReadOnlyAdmin):
     list_display = [
         "name",
         "model",
@@ -166,15 +161,6 @@ class ShapeFreshnessAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     search_fields = ["name", "model__name"]
     actions = ["queue_engine_benchmark", "queue_endpoint_load_test"]
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
     def has_queue_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("benchmarks.add_benchmarkrun"))
 
@@ -183,16 +169,17 @@ class ShapeFreshnessAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         cached: selectors.Freshness | None = getattr(obj, "_freshness", None)
         if cached is None:
             (cached,) = selectors.shapes_freshness([obj])
+            # A per-request cache on the row object, which the model does not declare.
             obj._freshness = cached  # type: ignore[attr-defined]
         return cached
 
     @admin.display(description="measured at")
-    def measured_at(self, obj: ShapeFreshness) -> Any:
+    def measured_at(self, obj: ShapeFreshness) -> datetime | None:
         figure = self._freshness(obj).figure
         return figure.measured_at if figure is not None else None
 
     @admin.display(description="age (days)")
-    def age_days(self, obj: ShapeFreshness) -> Any:
+    def age_days(self, obj: ShapeFreshness) -> float | None:
         return self._freshness(obj).age_days
 
     @admin.display(description="fresh", boolean=True)
@@ -230,7 +217,9 @@ class ShapeFreshnessAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         self._queue(request, queryset, BenchmarkRun.Kind.ENDPOINT)
 
     def _queue(self, request: HttpRequest, queryset: QuerySet[ShapeFreshness], kind: str) -> None:
-        queued, kept, without = [], [], []
+        queued: list[str] = []
+        kept: list[str] = []
+        without: list[str] = []
         with_endpoint = selectors.enabled_endpoint_shape_ids()
         for shape in queryset.select_related("model", "accelerator"):
             if kind == BenchmarkRun.Kind.ENDPOINT and shape.pk not in with_endpoint:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -41,6 +41,7 @@ from django.utils import timezone
 from controlplane.benchmarks import selectors
 from controlplane.benchmarks.conf import BenchmarkSettings, benchmark_settings
 from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun
+from controlplane.core.tasks import task_send
 from controlplane.fleet.models import GB, CapacityFigure, ReplicaShape, WorkloadClass
 from planner.capacity.slo import FIRST_POINT_UTILISATION
 from planner.capacity.workload import RequestClass, mean_request_cost, replica_request_rate
@@ -107,10 +108,9 @@ class Provenance:
     software: dict[str, Any] = field(default_factory=dict)
 
 
-def _recorded(user: Actor | None) -> AbstractBaseUser | None:
-    if user is None or not getattr(user, "is_authenticated", False):
-        return None
-    return user  # type: ignore[return-value]
+def _recorded(user: Actor | None) -> User | None:
+    # Every signed-in user is a stored User (the project keeps Django's user model).
+    return user if isinstance(user, User) else None
 
 
 # -- requesting -------------------------------------------------------------------------------------
@@ -172,16 +172,11 @@ def benchmark_run_request(
 
 
 def _enqueue_engine(run_id: int) -> None:
-    # Imported here: the task module imports this one.
-    from workers.tasks.benchmarks import engine
-
-    engine.delay(run_id)
+    task_send(ENGINE_TASK, run_id)
 
 
 def _enqueue_endpoint(run_id: int) -> None:
-    from workers.tasks.benchmarks import endpoint
-
-    endpoint.delay(run_id)
+    task_send(ENDPOINT_TASK, run_id)
 
 
 # -- running ------------------------------------------------------------------------------------

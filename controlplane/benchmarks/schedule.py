@@ -19,7 +19,7 @@ from controlplane.benchmarks import selectors
 from controlplane.benchmarks.conf import benchmark_settings
 from controlplane.benchmarks.models import BenchmarkRun
 from controlplane.benchmarks.runs import benchmark_run_fail, benchmark_run_request
-from controlplane.schedule import ScheduledTask
+from controlplane.core.schedule import ScheduledTask
 
 SCHEDULE_TASK = "headroom.benchmarks.schedule"
 SCHEDULE_NAME = "benchmarks: measure shapes with stale capacity figures"

@@ -25,8 +25,9 @@ from typing import Any
 from django.utils import timezone
 
 from controlplane.benchmarks.conf import benchmark_settings
-from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun, freshest_figure
+from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun
 from controlplane.fleet.models import CapacityFigure, LlmModel, ReplicaShape
+from controlplane.fleet.selectors import planning_figure
 from controlplane.policies.models import WorkloadProfile
 
 # Used when a model has no workload profile yet (tokens): a chat-like mix.
@@ -108,7 +109,7 @@ def workload_summary(model: LlmModel) -> WorkloadSummary:
     total = sum(weights)
 
     def mean(field: str) -> int:
-        value = sum(w * getattr(p, field) for w, p in zip(weights, profiles, strict=True))
+        value: float = sum(w * getattr(p, field) for w, p in zip(weights, profiles, strict=True))
         return max(1, round(value / total))
 
     prompt_mean = mean("prompt_tokens_mean")
@@ -138,6 +139,12 @@ def shape_fingerprint(shape: ReplicaShape) -> dict[str, Any]:
         "accelerator": shape.accelerator.name,
         "gpus_per_replica": shape.gpus_per_replica,
     }
+
+
+def freshest_figure(shape: ReplicaShape) -> CapacityFigure | None:
+    """The figure planning uses for the shape (``fleet.selectors.planning_figure``): the one
+    whose freshness and concurrency the benchmarks judge."""
+    return planning_figure(shape=shape)
 
 
 def refresh_reasons(

@@ -8,7 +8,6 @@ pool a shape leaves) come from ``planner.capacity.memory``, the one place those 
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
 
 from django.conf import settings
@@ -18,39 +17,22 @@ from django.db import models
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
+from controlplane.core.validators import (
+    finite,
+    fraction_open_closed,
+    non_negative,
+    positive,
+    slug_validator,
+)
 from planner.capacity import memory
 
 GB = memory.GB
 
-slug_validator = RegexValidator(
-    r"^[a-z0-9][a-z0-9._/-]*$",
-    "Use lower-case letters, digits and . _ / - (starting with a letter or digit).",
+# A Kubernetes label value: at most 63 characters, alphanumeric at both ends.
+_LABEL_VALUE = RegexValidator(
+    r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$",
+    "A Kubernetes label value: letters, digits, '-', '_' and '.', alphanumeric at both ends.",
 )
-
-
-def _finite(value: float) -> None:
-    """Refuse NaN and infinity: NaN compares false with every bound, so range checks alone
-    let it through (a YAML scenario can spell ``.nan`` and ``.inf``)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValidationError("Must be a finite number.")
-
-
-def _positive(value: float) -> None:
-    _finite(value)
-    if value is None or value <= 0:
-        raise ValidationError("Must be greater than zero.")
-
-
-def _non_negative(value: float) -> None:
-    _finite(value)
-    if value is None or value < 0:
-        raise ValidationError("Must be zero or more.")
-
-
-def _fraction_open_closed(value: float) -> None:
-    """A utilisation target: in (0, 1]."""
-    if value is None or not (0 < value <= 1):
-        raise ValidationError("Must be greater than 0 and at most 1.")
 
 
 class Geography(models.Model):
@@ -73,7 +55,7 @@ class Region(models.Model):
     geography = models.ForeignKey(Geography, on_delete=models.PROTECT, related_name="regions")
     price_multiplier = models.FloatField(
         default=1.0,
-        validators=[_positive],
+        validators=[positive],
         help_text="Multiplies every GPU-hour price in this region (1.0 = list price).",
     )
     history = HistoricalRecords()
@@ -108,7 +90,7 @@ class RegionLink(models.Model):
 
     region_a = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="+")
     region_b = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="+")
-    rtt_ms = models.FloatField(validators=[_non_negative])
+    rtt_ms = models.FloatField(validators=[non_negative])
     history = HistoricalRecords()
 
     class Meta:
@@ -135,11 +117,21 @@ class RegionLink(models.Model):
 
 class AcceleratorType(models.Model):
     name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
-    memory_gb = models.FloatField(validators=[_positive], help_text="GPU memory, decimal GB.")
-    peak_bf16_tflops = models.FloatField(validators=[_positive], help_text="Dense bf16 TFLOP/s.")
-    memory_tbps = models.FloatField(validators=[_positive], help_text="Memory bandwidth, TB/s.")
-    on_demand_price_per_gpu_hour = models.FloatField(validators=[_positive])
-    reserved_price_per_gpu_hour = models.FloatField(validators=[_positive])
+    memory_gb = models.FloatField(validators=[positive], help_text="GPU memory, decimal GB.")
+    peak_bf16_tflops = models.FloatField(validators=[positive], help_text="Dense bf16 TFLOP/s.")
+    memory_tbps = models.FloatField(validators=[positive], help_text="Memory bandwidth, TB/s.")
+    on_demand_price_per_gpu_hour = models.FloatField(validators=[positive])
+    reserved_price_per_gpu_hour = models.FloatField(validators=[positive])
+    gpu_product = models.CharField(
+        max_length=63,
+        blank=True,
+        validators=[_LABEL_VALUE],
+        help_text=(
+            "The GPU's node label value, as NVIDIA GPU feature discovery writes it in "
+            "nvidia.com/gpu.product (e.g. NVIDIA-H100-80GB-HBM3); emitted pods are placed on "
+            "nodes carrying it. Empty = the accelerator's name."
+        ),
+    )
     history = HistoricalRecords()
 
     class Meta:
@@ -147,6 +139,11 @@ class AcceleratorType(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def node_label_value(self) -> str:
+        """The value emitted pods require of the GPU product node label."""
+        return self.gpu_product or self.name
 
     def clean(self) -> None:
         if (
@@ -188,15 +185,15 @@ class LlmModel(models.Model):
     """A served model's architecture: enough to derive weight and KV-cache memory."""
 
     name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
-    parameters_billions = models.FloatField(validators=[_positive])
+    parameters_billions = models.FloatField(validators=[positive])
     bytes_per_parameter = models.FloatField(
-        default=2.0, validators=[_positive], help_text="2 for bf16, 1 for 8-bit, 0.5 for 4-bit."
+        default=2.0, validators=[positive], help_text="2 for bf16, 1 for 8-bit, 0.5 for 4-bit."
     )
     layers = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     kv_heads = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     head_dim = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     kv_bytes_per_element = models.FloatField(
-        default=2.0, validators=[_positive], help_text="2 for a bf16 KV cache, 1 for fp8."
+        default=2.0, validators=[positive], help_text="2 for a bf16 KV cache, 1 for fp8."
     )
     # The rest of the architecture, which the engine benchmark builds the model from (random
     # weights of these dimensions). Optional: weight and KV memory need only the fields above.
@@ -263,8 +260,39 @@ class LlmModel(models.Model):
         )
 
 
+# Arguments the Kubernetes sink derives from the shape itself (vLLM's own spellings, checked
+# against vllm/engine/arg_utils.py and vllm/entrypoints/openai/cli_args.py): a shape's extra
+# arguments may not set them a second time.
+SERVING_FLAGS_SET_BY_HEADROOM = (
+    "--model",
+    "--served-model-name",
+    "--tensor-parallel-size",
+    "-tp",
+    "--max-model-len",
+    "--host",
+    "--port",
+)
+MAX_EXTRA_ARGS = 64
+MAX_EXTRA_ARG_LENGTH = 500
+_IMAGE_REFERENCE = RegexValidator(
+    r"^[a-z0-9][a-z0-9._/:@-]*$",
+    "A container image reference such as vllm/vllm-openai:v0.11.0 (lower-case, no spaces).",
+)
+
+
+def _serving_flag(argument: str) -> str:
+    """``--max-model-len=4096`` → ``--max-model-len``; vLLM also accepts underscores."""
+    return argument.split("=", 1)[0].replace("_", "-")
+
+
 class ReplicaShape(models.Model):
-    """One replica: a model on ``gpus_per_replica`` accelerators (tensor parallel)."""
+    """One replica: a model on ``gpus_per_replica`` accelerators (tensor parallel).
+
+    The serving fields (``container_image``, ``model_path``, ``max_model_len``,
+    ``extra_args``) say how a cluster starts the replica: the Kubernetes sink runs vLLM's
+    OpenAI server with ``--model <model_path>``, ``--served-model-name <model>``,
+    ``--tensor-parallel-size <gpus_per_replica>`` and ``--max-model-len`` where given.
+    """
 
     name = models.CharField(max_length=128, unique=True, validators=[slug_validator])
     model = models.ForeignKey(LlmModel, on_delete=models.PROTECT, related_name="shapes")
@@ -274,16 +302,51 @@ class ReplicaShape(models.Model):
     gpus_per_replica = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     runtime_reserve_gb_per_gpu = models.FloatField(
         default=6.0,
-        validators=[_non_negative],
+        validators=[non_negative],
         help_text="Memory per GPU held by the runtime and activations, decimal GB.",
     )
     target_utilization = models.FloatField(
         null=True,
         blank=True,
-        validators=[_fraction_open_closed],
+        validators=[fraction_open_closed],
         help_text="Planning utilisation for this shape; empty = the fleet default.",
     )
     runtime_version = models.CharField(max_length=64, blank=True)
+    container_image = models.CharField(
+        max_length=255,
+        blank=True,
+        validators=[_IMAGE_REFERENCE],
+        help_text=(
+            "The model server image, e.g. vllm/vllm-openai:v0.11.0; empty = the Kubernetes "
+            "sink's image."
+        ),
+    )
+    model_path = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text=(
+            "What vLLM's --model loads: a Hugging Face repository id "
+            "(meta-llama/Llama-3.3-70B-Instruct) or a path inside the pod; empty = the model's "
+            "name."
+        ),
+    )
+    max_model_len = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text=(
+            "vLLM's --max-model-len: prompt + output tokens of one sequence; empty = the "
+            "model's own. At most what the KV pool holds."
+        ),
+    )
+    extra_args = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=(
+            'Further vLLM arguments, one per item, e.g. ["--enable-prefix-caching", '
+            '"--gpu-memory-utilization=0.92"].'
+        ),
+    )
     history = HistoricalRecords()
 
     class Meta:
@@ -291,6 +354,11 @@ class ReplicaShape(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def served_model_path(self) -> str:
+        """What vLLM loads: the model path, else the model's name."""
+        return self.model_path or self.model.name
 
     @property
     def kv_pool_bytes(self) -> float:
@@ -309,11 +377,60 @@ class ReplicaShape(models.Model):
     def context_tokens(self) -> int:
         return memory.context_tokens_that_fit(self.kv_pool_bytes, self.model.kv_bytes_per_token)
 
+    def _clean_serving(self) -> None:
+        errors: dict[str, str] = {}
+        if self.model_path != self.model_path.strip() or any(
+            c in self.model_path for c in "\n\r\t\0"
+        ):
+            errors["model_path"] = "No spaces at either end and no control characters."
+        args = self.extra_args
+        if args is None:
+            args = self.extra_args = []
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            errors["extra_args"] = "A list of strings, one argument each."
+        elif len(args) > MAX_EXTRA_ARGS:
+            errors["extra_args"] = f"At most {MAX_EXTRA_ARGS} arguments, got {len(args)}."
+        else:
+            for i, argument in enumerate(args):
+                if not argument or len(argument) > MAX_EXTRA_ARG_LENGTH:
+                    errors["extra_args"] = (
+                        f"Argument {i + 1} must have 1 to {MAX_EXTRA_ARG_LENGTH} characters."
+                    )
+                elif any(c in argument for c in "\n\r\0"):
+                    errors["extra_args"] = f"Argument {i + 1} has a line break or NUL."
+                elif _serving_flag(argument) in SERVING_FLAGS_SET_BY_HEADROOM:
+                    errors["extra_args"] = (
+                        f"{_serving_flag(argument)} is set from the shape's own fields "
+                        "(model path, model, GPUs per replica, max model length, the port); "
+                        "remove it here."
+                    )
+                else:
+                    continue
+                break
+        if errors:
+            raise ValidationError(errors)
+
     def clean(self) -> None:
+        self._clean_serving()
         if self.model_id is None or self.accelerator_id is None or not self.gpus_per_replica:
             return
         if self.runtime_reserve_gb_per_gpu is None or self.runtime_reserve_gb_per_gpu < 0:
             return
+        if self.kv_pool_bytes > 0 and self.max_model_len:
+            fits = self.context_tokens
+            if self.max_model_len > fits:
+                # vLLM refuses to start when one sequence of --max-model-len does not fit in
+                # the KV cache it allocated.
+                raise ValidationError(
+                    {
+                        "max_model_len": (
+                            f"{self.max_model_len:,} tokens do not fit in the replica's KV pool "
+                            f"({self.kv_pool_gb:,.1f} GB holds {fits:,} tokens of "
+                            f"{self.model.name}): vLLM would refuse to start. Use at most "
+                            f"{fits:,}, or more GPUs per replica."
+                        )
+                    }
+                )
         if self.kv_pool_bytes <= 0:
             per_gpu = self.model.weight_bytes / self.gpus_per_replica / GB
             raise ValidationError(
@@ -364,13 +481,13 @@ class CapacityFigure(models.Model):
         blank=True,
         related_name="figures",
     )
-    prefill_tokens_per_s = models.FloatField(validators=[_positive])
-    decode_tokens_per_s = models.FloatField(validators=[_positive])
+    prefill_tokens_per_s = models.FloatField(validators=[positive])
+    decode_tokens_per_s = models.FloatField(validators=[positive])
     max_concurrency = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     knee_requests_per_s = models.FloatField(
         null=True,
         blank=True,
-        validators=[_positive],
+        validators=[positive],
         help_text="Highest open-loop rate whose p95 TTFT met the target.",
     )
     measured_at = models.DateTimeField(default=timezone.now)
@@ -387,7 +504,7 @@ class CapacityFigure(models.Model):
         indexes = [models.Index(fields=["shape", "workload_class", "-measured_at"])]
 
     def __str__(self) -> str:
-        cls = self.workload_class.name if self.workload_class_id else "all classes"
+        cls = self.workload_class.name if self.workload_class is not None else "all classes"
         return f"{self.shape} / {cls} @ {self.measured_at:%Y-%m-%d}"
 
     @property
@@ -405,3 +522,10 @@ class CapacityFigure(models.Model):
             raise ValidationError({"measured_at": "A measurement cannot be in the future."})
         if not isinstance(self.provenance, dict):
             raise ValidationError({"provenance": "Must be a JSON object."})
+
+
+# The names earlier migrations give these validators.
+_finite = finite
+_positive = positive
+_non_negative = non_negative
+_fraction_open_closed = fraction_open_closed

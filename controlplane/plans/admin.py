@@ -17,26 +17,14 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from controlplane.api.permissions import POLICY_ADMIN, user_roles
+from controlplane.core.admin import ReadOnlyAdminMixin
+from controlplane.core.roles import POLICY_ADMIN, user_roles
 from controlplane.plans import services
 from controlplane.plans.models import Plan, PlanAllocation, ReplanRun
 
 
 def _is_policy_admin(request: HttpRequest) -> bool:
     return POLICY_ADMIN in user_roles(request.user)
-
-
-class ReadOnlyAdminMixin:
-    """Viewable by whoever has the view permission; never added, changed or deleted here."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class PlanAllocationInline(ReadOnlyAdminMixin, admin.TabularInline):  # type: ignore[type-arg]
@@ -60,7 +48,7 @@ def _pretty_json(value: Any) -> str:
 
 
 @admin.register(Plan)
-class PlanAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class PlanAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[Plan]):
     list_display = [
         "version",
         "state",
@@ -202,7 +190,7 @@ class PlanAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(ReplanRun)
-class ReplanRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class ReplanRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ReplanRun]):
     list_display = [
         "id",
         "status",

@@ -8,40 +8,14 @@ keeps its audit trail through ``SimpleHistoryAdmin``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.db import router, transaction
 from django.db.models import Count, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from simple_history.admin import SimpleHistoryAdmin
 
-from controlplane.policies.forms import RevisionCheckedForm, TenantAdminForm
+from controlplane.core.admin import RevisionCheckedForm, RevisionedAdmin
+from controlplane.policies.forms import TenantAdminForm
 from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
-
-
-class RevisionedAdmin(SimpleHistoryAdmin):
-    """Admin for a ``Revisioned`` model: shows the revision, checks it on save."""
-
-    form = RevisionCheckedForm
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [*super().get_readonly_fields(request, obj), "revision"]
-
-    def history_form_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        version_id: str,
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        # Reverting saves through the form, whose revision check locks the row: that needs
-        # a transaction, which the change view has and this view does not.
-        with transaction.atomic(using=router.db_for_write(self.model)):
-            response: HttpResponse = super().history_form_view(
-                request, object_id, version_id, extra_context
-            )
-        return response
 
 
 @admin.register(Tier)
@@ -62,16 +36,17 @@ class TierAdmin(RevisionedAdmin):
     search_fields = ["name"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Tier]:
-        return super().get_queryset(request).annotate(_tenant_count=Count("tenants"))
+        rows: QuerySet[Tier] = super().get_queryset(request)
+        return rows.annotate(_tenant_count=Count("tenants"))
 
     @admin.display(description="tenants", ordering="_tenant_count")
     def tenant_count(self, obj: Tier) -> int:
         return int(getattr(obj, "_tenant_count", 0))
 
 
-class TenantQuotaInline(admin.StackedInline):
+class TenantQuotaInline(admin.StackedInline[TenantQuota, Tenant]):
     model = TenantQuota
-    form = RevisionCheckedForm
+    form = RevisionCheckedForm[TenantQuota]
     fields = [
         "budget_rate_replica_s_per_s",
         "budget_burst_replica_s",
@@ -86,7 +61,7 @@ class TenantQuotaInline(admin.StackedInline):
     can_delete = True
 
 
-class WorkloadProfileInline(admin.TabularInline):
+class WorkloadProfileInline(admin.TabularInline[WorkloadProfile, Tenant]):
     model = WorkloadProfile
     fields = [
         "model",

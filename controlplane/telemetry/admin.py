@@ -7,7 +7,7 @@ acknowledging alerts, through the same service the API uses.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import ClassVar
 
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
@@ -15,7 +15,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from simple_history.admin import SimpleHistoryAdmin
 
-from controlplane.telemetry import services
+from controlplane.core.admin import ListActionsOnlyAdminMixin, ReadOnlyAdmin, ReadOnlyAdminMixin
+from controlplane.telemetry import drift
 from controlplane.telemetry.models import (
     DriftAlert,
     ObservedWorkload,
@@ -23,19 +24,6 @@ from controlplane.telemetry.models import (
     TelemetryPull,
     TelemetrySeries,
 )
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """View only: the pipeline writes these rows."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(TelemetryPull)
@@ -60,9 +48,11 @@ class TelemetryPullAdmin(ReadOnlyAdmin):
         return obj.error[:120]
 
 
-class ObservedWorkloadInline(admin.TabularInline):  # type: ignore[type-arg]
+class ObservedWorkloadInline(
+    ReadOnlyAdminMixin, admin.TabularInline[ObservedWorkload, ProfileDerivation]
+):
     model = ObservedWorkload
-    fields: list[str] = [
+    fields: ClassVar[tuple[str, ...]] = (
         "tenant",
         "model",
         "region",
@@ -75,14 +65,11 @@ class ObservedWorkloadInline(admin.TabularInline):  # type: ignore[type-arg]
         "prefix_cache_hit_rate",
         "ttft_p95_s",
         "residence_s",
-    ]
+    )
     readonly_fields = list(fields)
     extra = 0
     can_delete = False
     show_change_link = True
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(ProfileDerivation)
@@ -132,7 +119,9 @@ class TelemetrySeriesAdmin(ReadOnlyAdmin):
 
 
 @admin.register(DriftAlert)
-class DriftAlertAdmin(SimpleHistoryAdmin):
+class DriftAlertAdmin(ListActionsOnlyAdminMixin, SimpleHistoryAdmin):
+    """ "Change" means acknowledging, from the list; an alert's own page only shows it."""
+
     list_display = [
         "last_seen_at",
         "status",
@@ -172,16 +161,6 @@ class DriftAlertAdmin(SimpleHistoryAdmin):
         "resolved_at",
     ]
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # "Change" means acknowledging, from the list; an alert's own page only shows it.
-        return obj is None and super().has_change_permission(request, obj)
-
     @admin.display(description="replicas")
     def replica_impact(self, obj: DriftAlert) -> str:
         delta = obj.replica_delta
@@ -194,7 +173,7 @@ class DriftAlertAdmin(SimpleHistoryAdmin):
         done = skipped = 0
         for alert in queryset:
             try:
-                services.drift_alert_acknowledge(alert=alert, user=request.user)
+                drift.drift_alert_acknowledge(alert=alert, user=request.user)
             except ValidationError:
                 skipped += 1
             else:

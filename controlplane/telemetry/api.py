@@ -13,17 +13,15 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import exceptions, serializers, viewsets
+from rest_framework import exceptions, serializers
 from rest_framework.decorators import action
-from rest_framework.filters import OrderingFilter
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api.permissions import POLICY_ADMIN, ROLES, RolePermission
+from controlplane.core.api import ReadOnlyViewSet
 from controlplane.policies.models import WorkloadProfile
-from controlplane.telemetry import services
+from controlplane.telemetry import drift
 from controlplane.telemetry.models import (
     DriftAlert,
     ObservedWorkload,
@@ -99,13 +97,16 @@ class ObservedWorkloadSerializer(serializers.ModelSerializer[ObservedWorkload]):
             "peak_requests_per_s",
             "prompt_tokens_p50",
             "prompt_tokens_mean",
+            "prompt_tokens_p90",
             "prompt_tokens_p95",
             "prompt_tokens_p99",
             "output_tokens_p50",
             "output_tokens_mean",
+            "output_tokens_p90",
             "output_tokens_p95",
             "output_tokens_p99",
             "prefix_cache_hit_rate",
+            "censored",
             "ttft_p95_s",
             "residence_s",
             "kv_cache_usage_mean",
@@ -128,6 +129,12 @@ class TelemetryProfileSerializer(serializers.ModelSerializer[WorkloadProfile]):
     region: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="name", read_only=True
     )
+    lower_bounds = serializers.SerializerMethodField(
+        help_text='Censored figures as they read: "≥ 5,000" (beyond the top histogram bucket).'
+    )
+
+    def get_lower_bounds(self, profile: WorkloadProfile) -> dict[str, str]:
+        return {name: f"≥ {getattr(profile, name):,.0f}" for name in profile.censored}
 
     class Meta:
         model = WorkloadProfile
@@ -143,14 +150,19 @@ class TelemetryProfileSerializer(serializers.ModelSerializer[WorkloadProfile]):
             "peak_requests_per_s",
             "prompt_tokens_p50",
             "prompt_tokens_mean",
+            "prompt_tokens_p90",
             "prompt_tokens_p95",
             "prompt_tokens_p99",
             "output_tokens_p50",
             "output_tokens_mean",
+            "output_tokens_p90",
             "output_tokens_p95",
             "output_tokens_p99",
             "prefix_cache_hit_rate",
             "residence_s",
+            "censored",
+            "lower_bounds",
+            "unmeasured",
         ]
 
 
@@ -230,14 +242,8 @@ class DriftAlertSerializer(serializers.ModelSerializer[DriftAlert]):
 # -- views ----------------------------------------------------------------------------------------
 
 
-class TelemetryReadViewSet(viewsets.ReadOnlyModelViewSet[Any]):
+class TelemetryReadViewSet(ReadOnlyViewSet):
     """List and retrieve; any role reads."""
-
-    permission_classes = [RolePermission]
-    read_roles = frozenset(ROLES)
-    write_roles = frozenset({POLICY_ADMIN})
-    filter_backends = [DjangoFilterBackend, OrderingFilter]
-    lookup_value_regex = "[0-9]{1,18}"
 
 
 class TelemetryPullViewSet(TelemetryReadViewSet):
@@ -311,7 +317,8 @@ class TelemetrySeriesViewSet(TelemetryReadViewSet):
                 )
             rows = rows.filter(**{lookup: moment})
         page = self.paginate_queryset(rows.values("bucket_start", "value"))
-        data = SampleSerializer(page, many=True).data
+        # The stubs type a serializer's instance as one object, also with many=True.
+        data = SampleSerializer(page, many=True).data  # type: ignore[arg-type]
         return self.get_paginated_response(data)
 
 
@@ -339,5 +346,5 @@ class DriftAlertViewSet(TelemetryReadViewSet):
     @action(detail=True, methods=["post"])
     def acknowledge(self, request: Request, pk: str) -> Response:
         alert = self.get_object()
-        alert = services.drift_alert_acknowledge(alert=alert, user=request.user)
+        alert = drift.drift_alert_acknowledge(alert=alert, user=request.user)
         return Response(self.get_serializer(alert).data)

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.test import Client
 from django.urls import reverse
 
-from controlplane.api.permissions import FINANCE, POLICY_ADMIN, VIEWER
+from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.emission import services
 from controlplane.emission.models import AllocationSink, OutboxEntry
 from tests.controlplane.conftest import make_user
@@ -42,6 +42,13 @@ def sink_form(**changes: Any) -> dict[str, Any]:
         "directory": "",
         "namespace": "default",
         "container_image": "",
+        # The Kubernetes fields' defaults, as the add form renders them.
+        "autoscaler": "hpa",
+        "prometheus_url": "",
+        "gpu_node_label": "nvidia.com/gpu.product",
+        "cpu_per_gpu": "4",
+        "memory_gib_per_gpu": "32",
+        "env_secret": "",
         "kubectl_context": "",
         **changes,
     }
