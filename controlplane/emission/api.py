@@ -7,9 +7,8 @@ the last characters), never the value; an update without ``secret`` keeps the cu
 
 from __future__ import annotations
 
-from typing import Any
-
 import django_filters
+from django.db.models import QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -170,8 +169,8 @@ class OutboxEntryViewSet(ReadOnlyViewSet):
     search_fields = ("idempotency_key", "region")
     ordering_fields = ("id", "created_at", "next_attempt_at", "status", "attempts")
 
-    def get_queryset(self) -> Any:
-        queryset = super().get_queryset()
+    def get_queryset(self) -> QuerySet[OutboxEntry]:
+        queryset: QuerySet[OutboxEntry] = super().get_queryset()
         if self.action == "retrieve":
             queryset = queryset.prefetch_related("attempt_log")
         return queryset
