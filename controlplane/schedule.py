@@ -62,7 +62,7 @@ def _parts() -> dict[str, Callable[[], tuple[ScheduledTask, ...]]]:
     from controlplane.benchmarks.services import benchmark_schedule
     from controlplane.emission.services import emission_schedule
     from controlplane.plans.services import replan_schedule
-    from controlplane.telemetry.services import telemetry_schedule
+    from controlplane.telemetry.pull import telemetry_schedule
 
     return {
         "telemetry": telemetry_schedule,

@@ -283,13 +283,27 @@ class WorkloadProfile(models.Model):
     )
     prompt_tokens_p50 = models.FloatField(validators=[_positive])
     prompt_tokens_mean = models.FloatField(validators=[_positive])
+    prompt_tokens_p90 = models.FloatField(null=True, blank=True, validators=[_positive])
     prompt_tokens_p95 = models.FloatField(validators=[_positive])
     prompt_tokens_p99 = models.FloatField(validators=[_positive])
     output_tokens_p50 = models.FloatField(validators=[_positive])
     output_tokens_mean = models.FloatField(validators=[_positive])
+    output_tokens_p90 = models.FloatField(null=True, blank=True, validators=[_positive])
     output_tokens_p95 = models.FloatField(validators=[_positive])
     output_tokens_p99 = models.FloatField(validators=[_positive])
     prefix_cache_hit_rate = models.FloatField(default=0.0, validators=[_fraction_closed])
+    censored = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Figures that are lower bounds (≥ the value): a telemetry percentile beyond "
+        "the top histogram bucket.",
+    )
+    unmeasured = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Figures telemetry could not measure (e.g. the engine has no prefix-cache "
+        "counters); their value is carried from the previous version.",
+    )
     residence_s = models.FloatField(
         null=True,
         blank=True,

@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from simple_history.admin import SimpleHistoryAdmin
 
-from controlplane.telemetry import services
+from controlplane.telemetry import drift
 from controlplane.telemetry.models import (
     DriftAlert,
     ObservedWorkload,
@@ -194,7 +194,7 @@ class DriftAlertAdmin(SimpleHistoryAdmin):
         done = skipped = 0
         for alert in queryset:
             try:
-                services.drift_alert_acknowledge(alert=alert, user=request.user)
+                drift.drift_alert_acknowledge(alert=alert, user=request.user)
             except ValidationError:
                 skipped += 1
             else:

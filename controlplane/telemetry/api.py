@@ -23,7 +23,7 @@ from rest_framework.response import Response
 
 from controlplane.api.permissions import POLICY_ADMIN, ROLES, RolePermission
 from controlplane.policies.models import WorkloadProfile
-from controlplane.telemetry import services
+from controlplane.telemetry import drift
 from controlplane.telemetry.models import (
     DriftAlert,
     ObservedWorkload,
@@ -339,5 +339,5 @@ class DriftAlertViewSet(TelemetryReadViewSet):
     @action(detail=True, methods=["post"])
     def acknowledge(self, request: Request, pk: str) -> Response:
         alert = self.get_object()
-        alert = services.drift_alert_acknowledge(alert=alert, user=request.user)
+        alert = drift.drift_alert_acknowledge(alert=alert, user=request.user)
         return Response(self.get_serializer(alert).data)

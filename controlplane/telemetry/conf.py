@@ -10,7 +10,14 @@ everywhere in Headroom's settings.
   ``HEADROOM_PROMETHEUS_BACKOFF_S`` (0.5): the client's own retries within one attempt.
 - ``HEADROOM_TELEMETRY_LABELS``: label names, a mapping (or in the environment
   ``tenant=tenant,model=model_name,region=region[,class=...]``); ``class`` is optional.
-- ``HEADROOM_TELEMETRY_BUCKET_S`` (300): bucket width of stored samples, seconds.
+- ``HEADROOM_TELEMETRY_ENGINE`` (``vllm-v1``): the serving engine's metric names, one of
+  ``vllm-v1``, ``vllm-v0``, ``sglang`` (``controlplane.telemetry.metrics``).
+- ``HEADROOM_TELEMETRY_LABELS``' ``tenant`` label may be absent from the engine's series (real
+  vLLM has none): such series are the pool's, stored with an empty tenant.
+- ``HEADROOM_TELEMETRY_BUCKET_S`` (60): bucket width of stored samples, seconds.
+- ``HEADROOM_TELEMETRY_PEAK_S`` (60): the resolution of the peak request rate, seconds: the
+  peak is the busiest such window's rate (a whole number of buckets; a bucket wider than this
+  gives the peak at the bucket's width).
 - ``HEADROOM_TELEMETRY_LAG_S`` (60): a bucket is pulled once it ended this long ago, so the
   last scrapes inside it have landed.
 - ``HEADROOM_TELEMETRY_LOOKBACK_S`` (3600): the first pull's window; later pulls continue
@@ -76,7 +83,9 @@ class TelemetrySettings:
     prometheus_retries: int
     prometheus_backoff_s: float
     labels: LabelConfig
+    engine: str
     bucket_s: int
+    peak_s: int
     lag_s: int
     lookback_s: int
     max_catchup_s: int
@@ -137,6 +146,18 @@ def label_config(raw: Mapping[str, str]) -> LabelConfig:
     return LabelConfig(merged["tenant"], merged["model"], merged["region"], merged.get("class"))
 
 
+ENGINE_NAMES = ("vllm-v1", "vllm-v0", "sglang")
+
+
+def _engine(value: str) -> str:
+    name = value.strip().lower()
+    if name not in ENGINE_NAMES:
+        raise ImproperlyConfigured(
+            f"HEADROOM_TELEMETRY_ENGINE must be one of {', '.join(ENGINE_NAMES)}, got {value!r}"
+        )
+    return name
+
+
 def _positive(name: str, value: T) -> T:
     if not isinstance(value, int | float) or value <= 0:
         raise ImproperlyConfigured(f"{name} must be positive, got {value!r}")
@@ -192,9 +213,9 @@ def telemetry_settings() -> TelemetrySettings:
             "HEADROOM_PROMETHEUS_BACKOFF_S", num("HEADROOM_PROMETHEUS_BACKOFF_S", 0.5)
         ),
         labels=label_config(labels),
-        bucket_s=_positive(
-            "HEADROOM_TELEMETRY_BUCKET_S", whole("HEADROOM_TELEMETRY_BUCKET_S", 300)
-        ),
+        engine=_engine(_read("HEADROOM_TELEMETRY_ENGINE", str, "vllm-v1")),
+        bucket_s=_positive("HEADROOM_TELEMETRY_BUCKET_S", whole("HEADROOM_TELEMETRY_BUCKET_S", 60)),
+        peak_s=_positive("HEADROOM_TELEMETRY_PEAK_S", whole("HEADROOM_TELEMETRY_PEAK_S", 60)),
         lag_s=_non_negative("HEADROOM_TELEMETRY_LAG_S", whole("HEADROOM_TELEMETRY_LAG_S", 60)),
         lookback_s=_positive(
             "HEADROOM_TELEMETRY_LOOKBACK_S", whole("HEADROOM_TELEMETRY_LOOKBACK_S", 3600)

@@ -91,6 +91,7 @@ class TelemetrySample(models.Model):
 class RunStatus(models.TextChoices):
     RUNNING = "running", "running"
     SUCCEEDED = "succeeded", "succeeded"
+    PARTIAL = "partial", "partial (answered with warnings; pulled again)"
     FAILED = "failed", "failed"
 
 
@@ -219,16 +220,25 @@ class ObservedWorkload(models.Model):
     requests = models.FloatField(help_text="Requests completed in the window.")
     buckets = models.PositiveIntegerField(help_text="Buckets with a request count.")
     mean_requests_per_s = models.FloatField()
-    peak_requests_per_s = models.FloatField(help_text="p99 of the bucket rates.")
+    peak_requests_per_s = models.FloatField(
+        help_text="Rate of the busiest peak window (HEADROOM_TELEMETRY_PEAK_S)."
+    )
     prompt_tokens_p50 = models.FloatField()
     prompt_tokens_mean = models.FloatField()
+    prompt_tokens_p90 = models.FloatField(null=True, blank=True)
     prompt_tokens_p95 = models.FloatField()
     prompt_tokens_p99 = models.FloatField()
     output_tokens_p50 = models.FloatField()
     output_tokens_mean = models.FloatField()
+    output_tokens_p90 = models.FloatField(null=True, blank=True)
     output_tokens_p95 = models.FloatField()
     output_tokens_p99 = models.FloatField()
-    prefix_cache_hit_rate = models.FloatField()
+    prefix_cache_hit_rate = models.FloatField(
+        null=True, blank=True, help_text="Empty: unknown (the engine has no prefix-cache counters)."
+    )
+    censored = models.JSONField(
+        default=list, blank=True, help_text="Percentiles beyond the top bucket (lower bounds)."
+    )
     ttft_p95_s = models.FloatField(null=True, blank=True)
     residence_s = models.FloatField(null=True, blank=True, help_text="Mean end-to-end latency.")
     kv_cache_usage_mean = models.FloatField(null=True, blank=True)

@@ -24,8 +24,8 @@ from controlplane.fleet.models import (
     ReplicaShape,
 )
 from controlplane.policies.models import Tenant, Tier
-from controlplane.telemetry import services
-from controlplane.telemetry.services import SeriesKey
+from controlplane.telemetry import metrics, storage
+from controlplane.telemetry.storage import SeriesKey
 
 ValueAt = Callable[[float], float]
 _METRIC = re.compile(r"(?:increase|avg_over_time)\(([^\[]+)\[")
@@ -233,13 +233,13 @@ def traffic_samples(
 
     for i, t in enumerate(buckets):
         at = start + timedelta(seconds=i * bucket_s)
-        put(services.REQUESTS, at, t.requests)
-        put(services.PREFIX_QUERIES, at, t.prefix_queries)
-        put(services.PREFIX_HITS, at, t.prefix_hits)
-        put(services.KV_USAGE, at, t.kv_usage)
+        put(metrics.REQUESTS, at, t.requests)
+        put(metrics.PREFIX_QUERIES, at, t.prefix_queries)
+        put(metrics.PREFIX_HITS, at, t.prefix_hits)
+        put(metrics.KV_USAGE, at, t.kv_usage)
         for family, hist, total in (
-            (services.PROMPT_HIST, t.prompt_buckets, t.prompt_sum),
-            (services.OUTPUT_HIST, t.output_buckets, t.output_sum),
+            (metrics.PROMPT_HIST, t.prompt_buckets, t.prompt_sum),
+            (metrics.OUTPUT_HIST, t.output_buckets, t.output_sum),
         ):
             for le, count in hist.items():
                 put(family + "_bucket", at, count, le)
@@ -247,16 +247,16 @@ def traffic_samples(
             put(family + "_count", at, hist["+Inf"])
         if t.ttft_buckets is not None:
             for le, count in t.ttft_buckets.items():
-                put(services.TTFT_HIST + "_bucket", at, count, le)
-            put(services.TTFT_HIST + "_count", at, t.ttft_buckets["+Inf"])
+                put(metrics.TTFT_HIST + "_bucket", at, count, le)
+            put(metrics.TTFT_HIST + "_count", at, t.ttft_buckets["+Inf"])
         if t.e2e_sum is not None:
-            put(services.E2E_HIST + "_sum", at, t.e2e_sum)
-            put(services.E2E_HIST + "_count", at, t.prompt_buckets["+Inf"])
+            put(metrics.E2E_HIST + "_sum", at, t.e2e_sum)
+            put(metrics.E2E_HIST + "_count", at, t.prompt_buckets["+Inf"])
     return out
 
 
 def store(samples: Mapping[SeriesKey, Mapping[datetime, float]], bucket_s: int) -> int:
     """Write samples as a pull would; returns the rows inserted."""
-    ids = services.series_ids(keys=samples, bucket_s=bucket_s)
+    ids = storage.series_ids(keys=samples, bucket_s=bucket_s)
     rows = [(ids[k], at, v) for k, points in samples.items() for at, v in points.items()]
-    return services.samples_store(rows=rows)
+    return storage.samples_store(rows=rows)

@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 
 from controlplane.api.permissions import POLICY_ADMIN, VIEWER
-from controlplane.telemetry import services
+from controlplane.telemetry import derive
 from controlplane.telemetry.models import (
     DriftAlert,
     ObservedWorkload,
@@ -40,7 +40,7 @@ def _setup(settings: Any) -> None:
         start = T0 + timedelta(hours=hour)
         bucket = steady(requests_per_s=8, bucket_s=W, prompt_mean=prompt, output_mean=100)
         store(traffic_samples("northwind", "chat-70b", "eu-west", start, W, [bucket] * 12), W)
-        services.workload_profiles_derive(window_start=start, window_end=start + timedelta(hours=1))
+        derive.workload_profiles_derive(window_start=start, window_end=start + timedelta(hours=1))
 
 
 def _client(role: str) -> Client:

@@ -10,7 +10,7 @@ import pytest
 from controlplane.api.permissions import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.fleet.models import WorkloadClass
 from controlplane.policies.models import Tenant, WorkloadProfile
-from controlplane.telemetry import services
+from controlplane.telemetry import derive, metrics
 from controlplane.telemetry.models import DriftAlert, TelemetryPull, TelemetrySeries
 from tests.controlplane.telemetry_fakes import Fleet, make_fleet, steady, store, traffic_samples
 
@@ -34,7 +34,7 @@ def data(settings: Any) -> Fleet:
         start = T0 + timedelta(hours=hour)
         bucket = steady(requests_per_s=8, bucket_s=W, prompt_mean=prompt, output_mean=100)
         store(traffic_samples("northwind", "chat-70b", "eu-west", start, W, [bucket] * 12), W)
-        services.workload_profiles_derive(window_start=start, window_end=start + timedelta(hours=1))
+        derive.workload_profiles_derive(window_start=start, window_end=start + timedelta(hours=1))
     # A declared profile, which the telemetry profile list leaves out.
     WorkloadProfile.objects.create(
         tenant=Tenant.objects.get(name="northwind"),
@@ -116,7 +116,7 @@ def test_observations_carry_what_the_profile_does_not(data: Fleet, api_client_fo
 
 
 def test_samples_of_a_series_between_two_times(data: Fleet, api_client_for: Any) -> None:
-    series = TelemetrySeries.objects.get(metric=services.REQUESTS)
+    series = TelemetrySeries.objects.get(metric=metrics.REQUESTS)
     client = api_client_for(VIEWER)
     url = f"/api/telemetry/series/{series.pk}/samples/"
     everything = client.get(url).json()

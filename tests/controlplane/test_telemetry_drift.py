@@ -12,7 +12,7 @@ import pytest
 from controlplane.api.permissions import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.fleet.models import WorkloadClass
 from controlplane.policies.models import Tenant, WorkloadProfile
-from controlplane.telemetry import services
+from controlplane.telemetry import derive, drift
 from controlplane.telemetry.models import DriftAlert, ProfileDerivation
 from tests.controlplane.telemetry_fakes import Fleet, make_fleet, steady, store, traffic_samples
 
@@ -45,7 +45,7 @@ def _hour(
         requests_per_s=rate, bucket_s=W, prompt_mean=prompt, output_mean=output, hit_rate=hit_rate
     )
     store(traffic_samples(tenant, "chat-70b", "eu-west", start, W, [bucket] * 12), W)
-    return services.workload_profiles_derive(window_start=start, window_end=start + HOUR)
+    return derive.workload_profiles_derive(window_start=start, window_end=start + HOUR)
 
 
 def test_friday_review_raises_a_prompt_drift_alert_with_three_more_replicas(fleet: Fleet) -> None:
@@ -162,12 +162,12 @@ def test_everyone_growing_alike_moves_no_tenants_share(fleet: Fleet) -> None:
     for tenant, rate in (("northwind", 6.0), ("fabrikam", 2.0)):
         bucket = steady(requests_per_s=rate, bucket_s=W, prompt_mean=1500, output_mean=100)
         store(traffic_samples(tenant, "chat-70b", "eu-west", MONDAY, W, [bucket] * 12), W)
-    services.workload_profiles_derive(window_start=MONDAY, window_end=MONDAY + HOUR)
+    derive.workload_profiles_derive(window_start=MONDAY, window_end=MONDAY + HOUR)
     later = MONDAY + 2 * HOUR
     for tenant, rate in (("northwind", 6.0), ("fabrikam", 2.0)):
         bucket = steady(requests_per_s=rate, bucket_s=W, prompt_mean=2700, output_mean=100)
         store(traffic_samples(tenant, "chat-70b", "eu-west", later, W, [bucket] * 12), W)
-    run = services.workload_profiles_derive(window_start=later, window_end=later + HOUR)
+    run = derive.workload_profiles_derive(window_start=later, window_end=later + HOUR)
     assert run.alerts_raised == 2
     assert set(DriftAlert.objects.values_list("kind", flat=True)) == {DriftAlert.Kind.PROMPT_MEAN}
     # Each alert carries its own tenant's part against the pool as it is now (8 × 1.3 = 10.4
@@ -257,7 +257,7 @@ def test_other_roles_cannot_acknowledge(alert: DriftAlert, api_client_for: Any, 
 
 
 def test_an_acknowledged_alert_keeps_being_updated(alert: DriftAlert, admin_user: Any) -> None:
-    services.drift_alert_acknowledge(alert=alert, user=admin_user)
+    drift.drift_alert_acknowledge(alert=alert, user=admin_user)
     _hour(MONDAY + 2 * HOUR, prompt=3000.0)
     alert.refresh_from_db()
     assert alert.status == DriftAlert.Status.ACKNOWLEDGED

@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 from celery.exceptions import Retry
 
-from controlplane.telemetry import services
+from controlplane.telemetry.metrics import E2E_HIST, METRICS, REQUESTS
 from controlplane.telemetry.models import RunStatus, TelemetryPull, TelemetrySample, TelemetrySeries
 from controlplane.telemetry.prometheus import (
     PrometheusBadResponse,
     PrometheusQueryError,
     PrometheusUnavailable,
 )
+from controlplane.telemetry.pull import telemetry_pull
 from tests.controlplane.telemetry_fakes import FakePrometheus, fake_prometheus, make_fleet
 from workers.celery import app
 from workers.tasks import telemetry as tasks
@@ -34,7 +35,7 @@ PROMPT_LE = ("500.0", "1000.0", "2000.0", "5000.0", "+Inf")
 def _register(fake: FakePrometheus, labels: dict[str, str]) -> int:
     """Every pulled metric for one label set; returns the number of series registered."""
     count = 0
-    for family in services.METRICS:
+    for family in METRICS:
         if family.kind == "histogram":
             for i, le in enumerate(PROMPT_LE):
                 fake.add(
@@ -66,7 +67,7 @@ def prom(settings: Any) -> Iterator[FakePrometheus]:
 
 def test_pull_asks_one_range_query_per_series_name_on_the_bucket_grid(prom: FakePrometheus) -> None:
     series = _register(prom, LABELS)
-    pull = services.telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+    pull = telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
     assert pull.status == RunStatus.SUCCEEDED
     assert pull.queries == len(prom.queries) == 4 * 3 + 9
     queries = {q["query"] for q in prom.queries}
@@ -98,8 +99,8 @@ def test_pull_asks_one_range_query_per_series_name_on_the_bucket_grid(prom: Fake
 def test_the_same_window_twice_stores_nothing_the_second_time(prom: FakePrometheus) -> None:
     series = _register(prom, LABELS)
     end = T0 + timedelta(hours=1)
-    services.telemetry_pull(window_start=T0, window_end=end)
-    again = services.telemetry_pull(window_start=T0, window_end=end)
+    telemetry_pull(window_start=T0, window_end=end)
+    again = telemetry_pull(window_start=T0, window_end=end)
     assert again.status == RunStatus.SUCCEEDED
     assert again.samples_fetched == series * 12
     assert again.samples_stored == 0
@@ -109,8 +110,8 @@ def test_the_same_window_twice_stores_nothing_the_second_time(prom: FakePromethe
 
 def test_an_overlapping_window_stores_only_the_new_buckets(prom: FakePrometheus) -> None:
     series = _register(prom, LABELS)
-    services.telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
-    later = services.telemetry_pull(
+    telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+    later = telemetry_pull(
         window_start=T0 + timedelta(minutes=30), window_end=T0 + timedelta(minutes=90)
     )
     assert later.samples_fetched == series * 12
@@ -124,13 +125,13 @@ def test_default_window_ends_a_lag_ago_and_continues_from_the_last_success(
     prom: FakePrometheus,
 ) -> None:
     _register(prom, LABELS)
-    first = services.telemetry_pull(now=T0 + timedelta(minutes=7))
+    first = telemetry_pull(now=T0 + timedelta(minutes=7))
     # 12:07 − 60 s lag = 12:06, on the grid 12:05; the first pull looks back an hour.
     assert (first.window_start, first.window_end) == (
         T0 + timedelta(minutes=5) - timedelta(hours=1),
         T0 + timedelta(minutes=5),
     )
-    second = services.telemetry_pull(now=T0 + timedelta(minutes=17))
+    second = telemetry_pull(now=T0 + timedelta(minutes=17))
     assert (second.window_start, second.window_end) == (
         T0 + timedelta(minutes=5),
         T0 + timedelta(minutes=15),
@@ -142,14 +143,18 @@ def test_unknown_label_values_and_unlabelled_series_are_reported_not_fatal(
     prom: FakePrometheus,
 ) -> None:
     series = _register(prom, LABELS)
-    prom.add(services.REQUESTS, {**LABELS, "tenant": "ghost-tenant"}, lambda t: 5.0)
-    prom.add(services.REQUESTS, {"model_name": "chat-70b", "region": "eu-west"}, lambda t: 5.0)
-    pull = services.telemetry_pull(window_start=T0, window_end=T0 + timedelta(minutes=10))
+    prom.add(REQUESTS, {**LABELS, "tenant": "ghost-tenant"}, lambda t: 5.0)
+    # No tenant label: the pool's series (real vLLM's), stored with an empty tenant.
+    prom.add(REQUESTS, {"model_name": "chat-70b", "region": "eu-west"}, lambda t: 5.0)
+    # No region label: nothing to file it under.
+    prom.add(REQUESTS, {"tenant": "acme", "model_name": "chat-70b"}, lambda t: 5.0)
+    pull = telemetry_pull(window_start=T0, window_end=T0 + timedelta(minutes=10))
     assert pull.status == RunStatus.SUCCEEDED
     assert pull.unknown_labels == ["tenant: ghost-tenant"]
     assert pull.skipped_series == 1
-    assert pull.samples_stored == (series + 1) * 2
+    assert pull.samples_stored == (series + 2) * 2
     assert TelemetrySeries.objects.filter(tenant="ghost-tenant").exists()
+    assert TelemetrySeries.objects.filter(tenant="", metric=REQUESTS).exists()
 
 
 @pytest.mark.parametrize(
@@ -165,7 +170,7 @@ def test_garbage_is_reported_and_nothing_is_stored(
     _register(prom, LABELS)
     prom.always = answer
     with pytest.raises(PrometheusBadResponse):
-        services.telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+        telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
     pull = TelemetryPull.objects.get()
     assert pull.status == RunStatus.FAILED
     assert pull.error.startswith("PrometheusBadResponse:")
@@ -179,10 +184,10 @@ def test_garbage_in_a_late_query_leaves_nothing_from_the_earlier_ones(
 ) -> None:
     _register(prom, LABELS)
     # The last metric asked for answers a negative increase: every earlier query succeeded.
-    prom.series[services.E2E_HIST + "_count"] = []
-    prom.add(services.E2E_HIST + "_count", LABELS, lambda t: -3.0)
+    prom.series[E2E_HIST + "_count"] = []
+    prom.add(E2E_HIST + "_count", LABELS, lambda t: -3.0)
     with pytest.raises(PrometheusBadResponse, match="not a finite non-negative"):
-        services.telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+        telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
     assert len(prom.queries) == 21
     assert not TelemetrySample.objects.exists()
     assert TelemetryPull.objects.get().status == RunStatus.FAILED
@@ -198,7 +203,7 @@ def test_points_off_the_bucket_grid_are_garbage(prom: FakePrometheus) -> None:
     }
     prom.always = (200, json.dumps(body).encode())
     with pytest.raises(PrometheusBadResponse, match="off the 300 s grid"):
-        services.telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+        telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
     assert not TelemetrySample.objects.exists()
 
 
@@ -258,7 +263,7 @@ def test_a_slow_prometheus_times_out_and_is_reported(prom: FakePrometheus, setti
     settings.HEADROOM_PROMETHEUS_TIMEOUT_S = 0.2
     prom.delay_s = 0.6
     with pytest.raises(PrometheusUnavailable):
-        services.telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+        telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
     pull = TelemetryPull.objects.get()
     assert pull.status == RunStatus.FAILED and "did not answer" in pull.error
     assert not TelemetrySample.objects.exists()
@@ -275,11 +280,11 @@ def test_a_refused_query_is_reported_once_and_not_retried(prom: FakePrometheus) 
 def test_label_names_come_from_settings(prom: FakePrometheus, settings: Any) -> None:
     settings.HEADROOM_TELEMETRY_LABELS = "tenant=customer,model=model,region=site,class=kind"
     prom.add(
-        services.REQUESTS,
+        REQUESTS,
         {"customer": "northwind", "model": "chat-70b", "site": "eu-west", "kind": "chat"},
         lambda t: 7.0,
     )
-    pull = services.telemetry_pull(window_start=T0, window_end=T0 + timedelta(minutes=5))
+    pull = telemetry_pull(window_start=T0, window_end=T0 + timedelta(minutes=5))
     assert "sum by (customer, model, site, kind) (increase(vllm:request_success_total[300s]))" in {
         q["query"] for q in prom.queries
     }
@@ -289,5 +294,5 @@ def test_label_names_come_from_settings(prom: FakePrometheus, settings: Any) -> 
 
 
 def test_an_empty_window_is_a_successful_pull_of_nothing(prom: FakePrometheus) -> None:
-    pull = services.telemetry_pull(window_start=T0, window_end=T0)
+    pull = telemetry_pull(window_start=T0, window_end=T0)
     assert pull.status == RunStatus.SUCCEEDED and pull.queries == 0 and pull.samples_stored == 0

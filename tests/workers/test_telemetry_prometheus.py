@@ -25,8 +25,9 @@ import pytest
 
 from controlplane.policies.models import WorkloadProfile
 from controlplane.scenarios.services import scenario_load
-from controlplane.telemetry import services
+from controlplane.telemetry.derive import workload_profiles_derive
 from controlplane.telemetry.models import DriftAlert, ObservedWorkload, RunStatus
+from controlplane.telemetry.pull import telemetry_pull
 from tests.workers.live_services import (
     PROMETHEUS,
     free_port,
@@ -77,11 +78,11 @@ def _grid(moment: float) -> datetime:
 def _pull_and_derive(since: float, until: float) -> None:
     """Pull and derive the whole buckets between two unix times."""
     start, end = _grid(since + BUCKET_S), _grid(until)
-    pull = services.telemetry_pull(window_start=start, window_end=end)
+    pull = telemetry_pull(window_start=start, window_end=end)
     assert pull.status == RunStatus.SUCCEEDED, pull.error
     assert pull.samples_stored > 0
     assert pull.unknown_labels == [], pull.unknown_labels
-    run = services.workload_profiles_derive(window_start=start, window_end=end)
+    run = workload_profiles_derive(window_start=start, window_end=end)
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert run.unknown_labels == [] and run.skipped == [], run.skipped
 

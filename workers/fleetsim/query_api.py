@@ -1,7 +1,7 @@
 """A Prometheus-compatible ``/api/v1/query_range`` over the simulated history.
 
 It answers exactly the queries Headroom's telemetry pull sends
-(``controlplane.telemetry.services.pull_queries``), so that the pull runs unchanged against the
+(``controlplane.telemetry.metrics.pull_queries``), so that the pull runs unchanged against the
 simulator where no Prometheus is installed:
 
 - ``sum by (<labels>) (avg_over_time(<gauge>[<w>s]))`` and ``avg by (…) (…)``: the gauge's

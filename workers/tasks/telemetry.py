@@ -1,7 +1,7 @@
 """Telemetry tasks: pull serving metrics from Prometheus, derive workload profiles.
 
-Thin by design: the work is in ``controlplane.telemetry.services``. Beat runs them on the
-schedule ``manage.py install_schedule`` creates (editable in the admin).
+Thin by design: the work is in ``controlplane.telemetry`` (``pull``, ``derive``, ``drift``).
+Beat runs them on the schedule ``manage.py install_schedule`` creates (editable in the admin).
 
 The pipeline: a pull that stored new samples enqueues a derivation (over the default profile
 window, which ends at the newest pulled bucket) unless ``HEADROOM_TELEMETRY_DERIVE_AFTER_PULL``
@@ -22,8 +22,10 @@ from typing import Any
 from django.utils.dateparse import parse_datetime
 
 from controlplane.plans.services import replan_for_drift
-from controlplane.telemetry import services
+from controlplane.telemetry.derive import derivation_follows_pull, workload_profiles_derive
+from controlplane.telemetry.drift import drift_alerts_raised
 from controlplane.telemetry.prometheus import PrometheusBadResponse, PrometheusUnavailable
+from controlplane.telemetry.pull import telemetry_pull
 from workers.celery import app
 
 PULL_MAX_RETRIES = 5
@@ -51,14 +53,14 @@ def pull(
     self: Any, window_start: str | None = None, window_end: str | None = None
 ) -> dict[str, Any]:
     """Pull a window (ISO 8601 bounds; by default the buckets since the last pull)."""
-    report = services.telemetry_pull(
+    report = telemetry_pull(
         window_start=_moment(window_start, "window_start"),
         window_end=_moment(window_end, "window_end"),
         attempt=int(self.request.retries) + 1,
         task_id=str(self.request.id or ""),
     )
     summary = report.summary()
-    summary["derivation_enqueued"] = services.derivation_follows_pull(pull=report)
+    summary["derivation_enqueued"] = derivation_follows_pull(pull=report)
     if summary["derivation_enqueued"]:
         derive_profiles.delay()
     return summary
@@ -70,9 +72,9 @@ def derive_profiles(
 ) -> dict[str, Any]:
     """Derive workload profiles and drift alerts (by default over the profile window); new
     drift alerts request a re-plan, whose run id the result gives (None: none requested)."""
-    run = services.workload_profiles_derive(
+    run = workload_profiles_derive(
         window_start=_moment(window_start, "window_start"),
         window_end=_moment(window_end, "window_end"),
     )
-    replan = replan_for_drift(alerts=services.drift_alerts_raised(derivation=run))
+    replan = replan_for_drift(alerts=drift_alerts_raised(derivation=run))
     return {**run.summary(), "replan_run": replan.pk if replan is not None else None}

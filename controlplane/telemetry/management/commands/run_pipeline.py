@@ -47,10 +47,13 @@ from controlplane.plans.demand import forecast_anchor
 from controlplane.plans.models import Plan, ReplanRun
 from controlplane.plans.selectors import plan_summary
 from controlplane.plans.services import drift_reason, replan_execute, replan_request
-from controlplane.telemetry import selectors, services
+from controlplane.telemetry import selectors
 from controlplane.telemetry.conf import TelemetrySettings, telemetry_settings
+from controlplane.telemetry.derive import workload_profiles_derive
+from controlplane.telemetry.drift import drift_alerts_raised
 from controlplane.telemetry.models import DriftAlert, ProfileDerivation, RunStatus
 from controlplane.telemetry.prometheus import PrometheusClient, PrometheusError
+from controlplane.telemetry.pull import prometheus_client, telemetry_pull
 from planner.forecast import MIN_HISTORY_HOURS
 from workers.fleetsim.exposition import LabelNames
 from workers.fleetsim.fleet import FleetSimulator
@@ -182,7 +185,13 @@ class Command(BaseCommand):
         if verbosity >= 2:
             yield
             return
-        names = ("controlplane.telemetry.services", "celery.app.trace", "kombu.connection")
+        names = (
+            "controlplane.telemetry.pull",
+            "controlplane.telemetry.derive",
+            "controlplane.telemetry.drift",
+            "celery.app.trace",
+            "kombu.connection",
+        )
         loggers = [logging.getLogger(name) for name in names]
         levels = [logger.level for logger in loggers]
         for logger in loggers:
@@ -217,7 +226,7 @@ class Command(BaseCommand):
             start = min(anchor - timedelta(hours=MIN_HISTORY_HOURS + 1), split - window)
 
         with self._source(conf, options, now=now, start=start, split=split) as url:
-            client = services.prometheus_client(replace(conf, prometheus_url=url))
+            client = prometheus_client(replace(conf, prometheus_url=url))
             self._pull(client, width, start, end)
         raised = self._derive(split, end, window)
         self._print_alerts()
@@ -288,7 +297,7 @@ class Command(BaseCommand):
             while lo < hi:
                 upper = min(hi, lo + PULL_WINDOW)
                 try:
-                    pull = services.telemetry_pull(window_start=lo, window_end=upper, client=client)
+                    pull = telemetry_pull(window_start=lo, window_end=upper, client=client)
                 except PrometheusError as exc:
                     raise CommandError(
                         f"pulling {_when(lo)} to {_when(upper)} failed: {exc}", returncode=1
@@ -327,10 +336,10 @@ class Command(BaseCommand):
                 self.stdout.write(f"Profiles ({what}, {_when(lo)} to {_when(hi)}): derived before.")
                 continue
             try:
-                run = services.workload_profiles_derive(window_start=lo, window_end=hi)
+                run = workload_profiles_derive(window_start=lo, window_end=hi)
             except Exception as exc:
                 raise CommandError(f"deriving profiles failed: {exc}", returncode=1) from exc
-            alerts = services.drift_alerts_raised(derivation=run)
+            alerts = drift_alerts_raised(derivation=run)
             raised += alerts
             self.stdout.write(
                 f"Profiles ({what}, {_when(lo)} to {_when(hi)}): {run.profiles_created} new "
