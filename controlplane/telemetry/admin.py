@@ -19,6 +19,7 @@ from controlplane.telemetry import drift
 from controlplane.telemetry.models import (
     DriftAlert,
     ObservedWorkload,
+    PoolDriftAlert,
     ProfileDerivation,
     TelemetryPull,
     TelemetrySeries,
@@ -131,6 +132,13 @@ class TelemetrySeriesAdmin(ReadOnlyAdmin):
     show_full_result_count = False  # counting millions of rows on every page is slow
 
 
+@admin.register(PoolDriftAlert)
+class PoolDriftAlertAdmin(ReadOnlyAdmin):
+    list_display = ["last_seen_at", "status", "model", "region", "pricing", "message"]
+    list_filter = ["status", "pricing", "region", "model"]
+    list_select_related = ["model", "region"]
+
+
 @admin.register(DriftAlert)
 class DriftAlertAdmin(SimpleHistoryAdmin):
     list_display = [
@@ -164,6 +172,8 @@ class DriftAlertAdmin(SimpleHistoryAdmin):
         "target_utilization",
         "replicas_before",
         "replicas_after",
+        "pool_alert",
+        "pool_share",
         "occurrences",
         "first_seen_at",
         "last_seen_at",

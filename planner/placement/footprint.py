@@ -6,9 +6,10 @@ before and after a change of its inputs), every pool either holds, so a change i
 "eu-west chat-70b/gpu80x2: 12 → 15 replicas, 24 → 30 GPUs, $108.24/h → $135.30/h".
 
 Units: replicas and GPUs are whole counts, costs $/hour (GPUs × $/GPU-hour × the region's
-price multiplier, the solver's own objective), loads replica-seconds per second: the
-planned requests/s routed to a pool × the request's cost there (``Problem.request_cost_s``),
-which is what the pool's replicas must carry within their target utilisation.
+price multiplier, the solver's own objective), loads replica-seconds per second: a demand's
+planned rate (requests/s × burst) × its request's cost (``Problem.request_cost_s``) on the
+shapes the solution routes it to, or on its model's cheapest shape where nothing is routed:
+the load it asks of the plan, served or not.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class PoolFootprint:
 
 @dataclass(frozen=True)
 class Footprint:
-    """A solution, pool by pool, with each demand's load (replica-s/s) over all its pools."""
+    """A solution, pool by pool, with the load (replica-s/s) each demand asks of it."""
 
     pools: tuple[PoolFootprint, ...]
     demand_load: Mapping[str, float]
@@ -60,7 +61,7 @@ class Footprint:
 
 def footprint(problem: Mapping[str, Any] | Problem, solution: Mapping[str, Any]) -> Footprint:
     """The pools of ``solution`` (a ``placement-v1`` solution of ``problem``), sorted by
-    region and shape, and the load each routed demand puts on them.
+    region and shape, and the load each demand of the problem asks of them.
 
     Raises ``ProblemInvalid`` for an invalid problem; rows naming a zone, shape or demand the
     problem lacks raise ``KeyError`` (the solution is not of this problem).
@@ -88,12 +89,27 @@ def footprint(problem: Mapping[str, Any] | Problem, solution: Mapping[str, Any])
         for region, name in sorted(replicas)
     )
     demands = {d.id: d for d in parsed.demands}
-    load: dict[str, float] = defaultdict(float)
+    routed_rate: dict[str, float] = defaultdict(float)
+    routed_load: dict[str, float] = defaultdict(float)
     for row in solution.get("routing", []):
         demand = demands[str(row["demand"])]
-        shape = parsed.shape(str(row["shape"]))
-        load[demand.id] += float(row["requests_per_s"]) * parsed.request_cost_s(demand, shape)
-    return Footprint(pools=pools, demand_load=dict(load))
+        rate = float(row["requests_per_s"])
+        routed_rate[demand.id] += rate
+        routed_load[demand.id] += rate * parsed.request_cost_s(
+            demand, parsed.shape(str(row["shape"]))
+        )
+    load: dict[str, float] = {}
+    for demand in parsed.demands:
+        # Per-request cost: as routed; where nothing is routed, the model's cheapest shape.
+        if routed_rate[demand.id] > 0:
+            per_request = routed_load[demand.id] / routed_rate[demand.id]
+        else:
+            costs = [
+                parsed.request_cost_s(demand, s) for s in parsed.shapes if s.model == demand.model
+            ]
+            per_request = min(costs, default=0.0)
+        load[demand.id] = demand.planned_requests_per_s * per_request
+    return Footprint(pools=pools, demand_load=load)
 
 
 @dataclass(frozen=True)

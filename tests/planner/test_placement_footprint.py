@@ -112,3 +112,15 @@ def test_a_solution_of_another_problem_is_refused() -> None:
     solution["replicas"] = [{"zone": "us-east-a", "shape": "chat-70b/gpu80x2", "replicas": 1}]
     with pytest.raises(KeyError):
         footprint(problem, solution)
+
+
+def test_an_unserved_demand_still_asks_its_load() -> None:
+    # No GPUs at all: nothing is routed, every demand is unserved, and each still asks
+    # 1.6 req/s × 1.0 replica-s of the plan (on its model's cheapest shape).
+    problem = friday(1500)
+    problem["inventory"] = []
+    solution = solve(problem, time_limit_s=5)
+    assert solution["unserved_requests_per_s"] == pytest.approx(8.0)
+    print_ = footprint(problem, solution)
+    assert print_.pools == () and print_.cost_per_hour == 0.0
+    assert all(v == pytest.approx(1.6) for v in print_.demand_load.values())

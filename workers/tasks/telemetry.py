@@ -21,6 +21,7 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
+from controlplane.plans.impact import pool_drift_alerts_price
 from controlplane.plans.services import replan_for_drift
 from controlplane.telemetry.derive import derivation_follows_pull, workload_profiles_derive
 from controlplane.telemetry.drift import drift_alerts_raised
@@ -70,11 +71,17 @@ def pull(
 def derive_profiles(
     window_start: str | None = None, window_end: str | None = None
 ) -> dict[str, Any]:
-    """Derive workload profiles and drift alerts (by default over the profile window); new
-    drift alerts request a re-plan, whose run id the result gives (None: none requested)."""
+    """Derive workload profiles and drift alerts (by default over the profile window), price
+    each pool's drift by re-solving the placement; new drift alerts request a re-plan, whose
+    run id the result gives (None: none requested)."""
     run = workload_profiles_derive(
         window_start=_moment(window_start, "window_start"),
         window_end=_moment(window_end, "window_end"),
     )
+    priced = pool_drift_alerts_price(derivation=run)
     replan = replan_for_drift(alerts=drift_alerts_raised(derivation=run))
-    return {**run.summary(), "replan_run": replan.pk if replan is not None else None}
+    return {
+        **run.summary(),
+        "pool_alerts_priced": [alert.pk for alert in priced],
+        "replan_run": replan.pk if replan is not None else None,
+    }

@@ -44,6 +44,7 @@ from controlplane.emission.services import outbox_dispatch, outbox_enqueue_for_p
 from controlplane.emission.sinks.files import region_path
 from controlplane.plans.conf import replan_settings
 from controlplane.plans.demand import forecast_anchor
+from controlplane.plans.impact import pool_drift_alerts_price
 from controlplane.plans.models import Plan, ReplanRun
 from controlplane.plans.selectors import plan_summary
 from controlplane.plans.services import drift_reason, replan_execute, replan_request
@@ -51,7 +52,12 @@ from controlplane.telemetry import selectors
 from controlplane.telemetry.conf import TelemetrySettings, telemetry_settings
 from controlplane.telemetry.derive import workload_profiles_derive
 from controlplane.telemetry.drift import drift_alerts_raised
-from controlplane.telemetry.models import DriftAlert, ProfileDerivation, RunStatus
+from controlplane.telemetry.models import (
+    DriftAlert,
+    PoolDriftAlert,
+    ProfileDerivation,
+    RunStatus,
+)
 from controlplane.telemetry.prometheus import PrometheusClient, PrometheusError
 from controlplane.telemetry.pull import prometheus_client, telemetry_pull
 from planner.forecast import MIN_HISTORY_HOURS
@@ -339,6 +345,7 @@ class Command(BaseCommand):
                 run = workload_profiles_derive(window_start=lo, window_end=hi)
             except Exception as exc:
                 raise CommandError(f"deriving profiles failed: {exc}", returncode=1) from exc
+            pool_drift_alerts_price(derivation=run)
             alerts = drift_alerts_raised(derivation=run)
             raised += alerts
             self.stdout.write(
@@ -362,6 +369,11 @@ class Command(BaseCommand):
         self.stdout.write("Drift alerts (active):")
         for alert in alerts:
             self.stdout.write(f"  #{alert.pk} [{alert.status}] {alert.message}")
+        pools = PoolDriftAlert.objects.filter(status__in=PoolDriftAlert.ACTIVE).order_by("pk")
+        if pools:
+            self.stdout.write("Pool drift (active), priced by re-solving the placement:")
+            for pool in pools.select_related("model", "region"):
+                self.stdout.write(f"  #{pool.pk} [{pool.pricing}] {pool.message}")
 
     def _replan(self, raised: list[DriftAlert], wait_s: float) -> ReplanRun:
         if raised:
