@@ -8,40 +8,14 @@ keeps its audit trail through ``SimpleHistoryAdmin``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.db import router, transaction
 from django.db.models import Count, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from simple_history.admin import SimpleHistoryAdmin
 
-from controlplane.policies.forms import RevisionCheckedForm, TenantAdminForm
+from controlplane.core.admin import RevisionCheckedForm, RevisionedAdmin
+from controlplane.policies.forms import TenantAdminForm
 from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
-
-
-class RevisionedAdmin(SimpleHistoryAdmin):
-    """Admin for a ``Revisioned`` model: shows the revision, checks it on save."""
-
-    form = RevisionCheckedForm
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [*super().get_readonly_fields(request, obj), "revision"]
-
-    def history_form_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        version_id: str,
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        # Reverting saves through the form, whose revision check locks the row: that needs
-        # a transaction, which the change view has and this view does not.
-        with transaction.atomic(using=router.db_for_write(self.model)):
-            response: HttpResponse = super().history_form_view(
-                request, object_id, version_id, extra_context
-            )
-        return response
 
 
 @admin.register(Tier)

@@ -14,15 +14,13 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import exceptions, serializers, viewsets
+from rest_framework import exceptions, serializers
 from rest_framework.decorators import action
-from rest_framework.filters import OrderingFilter
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api.permissions import POLICY_ADMIN, ROLES, RolePermission
+from controlplane.core.api import ReadOnlyViewSet
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry import drift
 from controlplane.telemetry.models import (
@@ -101,13 +99,16 @@ class ObservedWorkloadSerializer(serializers.ModelSerializer[ObservedWorkload]):
             "peak_requests_per_s",
             "prompt_tokens_p50",
             "prompt_tokens_mean",
+            "prompt_tokens_p90",
             "prompt_tokens_p95",
             "prompt_tokens_p99",
             "output_tokens_p50",
             "output_tokens_mean",
+            "output_tokens_p90",
             "output_tokens_p95",
             "output_tokens_p99",
             "prefix_cache_hit_rate",
+            "censored",
             "ttft_p95_s",
             "residence_s",
             "kv_cache_usage_mean",
@@ -130,6 +131,12 @@ class TelemetryProfileSerializer(serializers.ModelSerializer[WorkloadProfile]):
     region: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="name", read_only=True
     )
+    lower_bounds = serializers.SerializerMethodField(
+        help_text='Censored figures as they read: "≥ 5,000" (beyond the top histogram bucket).'
+    )
+
+    def get_lower_bounds(self, profile: WorkloadProfile) -> dict[str, str]:
+        return {name: f"≥ {getattr(profile, name):,.0f}" for name in profile.censored}
 
     class Meta:
         model = WorkloadProfile
@@ -145,14 +152,19 @@ class TelemetryProfileSerializer(serializers.ModelSerializer[WorkloadProfile]):
             "peak_requests_per_s",
             "prompt_tokens_p50",
             "prompt_tokens_mean",
+            "prompt_tokens_p90",
             "prompt_tokens_p95",
             "prompt_tokens_p99",
             "output_tokens_p50",
             "output_tokens_mean",
+            "output_tokens_p90",
             "output_tokens_p95",
             "output_tokens_p99",
             "prefix_cache_hit_rate",
             "residence_s",
+            "censored",
+            "lower_bounds",
+            "unmeasured",
         ]
 
 
@@ -281,14 +293,8 @@ class PoolDriftAlertSerializer(serializers.ModelSerializer[PoolDriftAlert]):
 # -- views ----------------------------------------------------------------------------------------
 
 
-class TelemetryReadViewSet(viewsets.ReadOnlyModelViewSet[Any]):
+class TelemetryReadViewSet(ReadOnlyViewSet):
     """List and retrieve; any role reads."""
-
-    permission_classes = [RolePermission]
-    read_roles = frozenset(ROLES)
-    write_roles = frozenset({POLICY_ADMIN})
-    filter_backends = [DjangoFilterBackend, OrderingFilter]
-    lookup_value_regex = "[0-9]{1,18}"
 
 
 class TelemetryPullViewSet(TelemetryReadViewSet):

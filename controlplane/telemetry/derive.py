@@ -30,6 +30,9 @@ from controlplane.telemetry.conf import TelemetrySettings, telemetry_settings
 from controlplane.telemetry.drift import drift_check, pool_drift_update, pool_token_shares
 from controlplane.telemetry.metrics import (
     E2E_HIST,
+    GATEWAY_OUTPUT_TOKENS,
+    GATEWAY_PROMPT_TOKENS,
+    GATEWAY_REQUESTS,
     KV_USAGE,
     OUTPUT_HIST,
     PREEMPTIONS,
@@ -72,6 +75,7 @@ class _Collected:
     buckets: dict[str, int] = field(default_factory=dict)
     histograms: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
     request_series: list[int] = field(default_factory=list)
+    gateway_series: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -225,7 +229,62 @@ def collect(totals: Iterable[selectors.SeriesTotal]) -> dict[LabelSet, _Collecte
         target.buckets[row.metric] = row.buckets
         if row.metric == REQUESTS:
             target.request_series.append(row.series_id)
+        elif row.metric == GATEWAY_REQUESTS:
+            target.gateway_series.append(row.series_id)
     return grouped
+
+
+def _scaled(counts_by_le: Mapping[str, float], length: float, count: float) -> dict[str, float]:
+    """A histogram with its bounds times ``length`` and its counts times ``count``."""
+    out = {}
+    for le, value in counts_by_le.items():
+        bound = histograms.parse_le(le)
+        out[le if math.isinf(bound) else repr(bound * length)] = value * count
+    return out
+
+
+def attribute(grouped: Mapping[LabelSet, _Collected]) -> dict[LabelSet, _Collected]:
+    """Tenant label sets measured by a gateway (requests and tokens, no histograms), each
+    completed from its pool's series (the same model, region and class with no tenant).
+
+    A tenant's requests, rate and mean lengths are its own; the shape of its length
+    distributions, its prefix-cache hit rate and its latencies are the pool's (the gateway
+    counts tokens, it has no per-request lengths): the pool's length histograms are scaled so
+    that their means are the tenant's. Gauges (running, waiting, KV usage) stay the pool's
+    alone. A gateway label set without a pool keeps only its counts and makes no profile."""
+    out = dict(grouped)
+    for labels, collected in grouped.items():
+        totals = collected.totals
+        requests = totals.get(GATEWAY_REQUESTS, 0.0)
+        if not labels.tenant or REQUESTS in totals or requests <= 0:
+            continue
+        pool = grouped.get(LabelSet("", labels.model, labels.region, labels.workload_class))
+        if pool is None:
+            continue
+        made = _Collected(request_series=list(collected.gateway_series))
+        made.totals[REQUESTS] = requests
+        made.buckets[REQUESTS] = collected.buckets.get(GATEWAY_REQUESTS, 0)
+        for family, tokens in (
+            (PROMPT_HIST, totals.get(GATEWAY_PROMPT_TOKENS)),
+            (OUTPUT_HIST, totals.get(GATEWAY_OUTPUT_TOKENS)),
+        ):
+            count = pool.totals.get(family + "_count", 0.0)
+            pool_sum = pool.totals.get(family + "_sum", 0.0)
+            buckets = pool.histograms.get(family + "_bucket")
+            if tokens is None or not buckets or count <= 0 or pool_sum <= 0:
+                continue
+            length = (tokens / requests) / (pool_sum / count)
+            made.histograms[family + "_bucket"] = _scaled(buckets, length, requests / count)
+            made.totals[family + "_sum"] = tokens
+            made.totals[family + "_count"] = requests
+        for name in (PREFIX_QUERIES, PREFIX_HITS, E2E_HIST + "_sum", E2E_HIST + "_count"):
+            if name in pool.totals:
+                made.totals[name] = pool.totals[name]
+        if TTFT_HIST + "_bucket" in pool.histograms:
+            made.histograms[TTFT_HIST + "_bucket"] = dict(pool.histograms[TTFT_HIST + "_bucket"])
+            made.totals[TTFT_HIST + "_count"] = pool.totals.get(TTFT_HIST + "_count", 0.0)
+        out[labels] = made
+    return out
 
 
 # Profile figures compared to decide whether a measurement is a new version.
@@ -374,7 +433,9 @@ def workload_profiles_derive(
 def _derive(
     run: ProfileDerivation, conf: TelemetrySettings, start: datetime, end: datetime
 ) -> None:
-    grouped = collect(selectors.window_totals(bucket_s=conf.bucket_s, start=start, end=end))
+    grouped = attribute(
+        collect(selectors.window_totals(bucket_s=conf.bucket_s, start=start, end=end))
+    )
     request_values = selectors.bucket_values(
         series_ids=[i for c in grouped.values() for i in c.request_series], start=start, end=end
     )
@@ -388,6 +449,7 @@ def _derive(
     unknown: set[str] = set()
     skipped: list[dict[str, str]] = []
     measured: list[tuple[Observation, _Resolved | None]] = []
+    pools: list[Observation] = []
     for labels in sorted(grouped, key=str):
         collected = grouped[labels]
         buckets = [v for i in collected.request_series for v in request_values.get(i, [])]
@@ -403,6 +465,9 @@ def _derive(
         except NotEnoughData as exc:
             skipped.append({"series": str(labels), "reason": str(exc)})
             continue
+        if not labels.tenant:
+            pools.append(obs)
+            continue
         found = _resolve(labels, names, class_label)
         if isinstance(found, list):
             unknown.update(found)
@@ -410,6 +475,43 @@ def _derive(
             measured.append((obs, None))
         else:
             measured.append((obs, found))
+
+    pool_tenants: dict[tuple[str, str], list[str]] = {}
+    attributed = {(o.labels.model, o.labels.region) for o, _ in measured}
+    for obs in pools:
+        labels = obs.labels
+        if (labels.model, labels.region) in attributed:
+            # The tenants' demand is measured apart (a gateway, a request log): the pool's own
+            # series are its capacity signals.
+            skipped.append({"series": str(labels), "reason": "pool capacity signals only"})
+            measured.append((obs, None))
+            continue
+        model, region = names["model"].get(labels.model), names["region"].get(labels.region)
+        tenants = (
+            selectors.pool_tenant_names(model=model, region=region) if model and region else []
+        )
+        found = _resolve(
+            LabelSet(
+                tenants[0] if tenants else "", labels.model, labels.region, labels.workload_class
+            ),
+            names,
+            class_label,
+        )
+        if isinstance(found, list):
+            missing = [m for m in found if not m.startswith("tenant")]
+            unknown.update(missing)
+            reason = (
+                "unknown " + "; ".join(missing)
+                if missing
+                else "no tenant label and no tenant has a profile in this pool"
+            )
+            skipped.append({"series": str(labels), "reason": reason})
+            measured.append((obs, None))
+            continue
+        # Tenants that cannot be told apart: the pool is one demand, filed under the first of
+        # its tenants by name, naming them all.
+        pool_tenants[(labels.model, labels.region)] = tenants
+        measured.append((obs, found))
 
     # Each pool's token shares as they stand before this run writes anything: a tenant's
     # share is compared pool state to pool state, not against the others' new figures.
@@ -424,7 +526,14 @@ def _derive(
         profile: WorkloadProfile | None = None
         if resolved is not None:
             try:
-                before, profile = _version(resolved, obs, conf.profile_tolerance)
+                before, profile = _version(
+                    resolved,
+                    obs,
+                    conf.profile_tolerance,
+                    pool_tenants.get((obs.labels.model, obs.labels.region), [])
+                    if not obs.labels.tenant
+                    else [],
+                )
             except ValidationError as exc:
                 skipped.append({"series": str(obs.labels), "reason": f"not a valid profile: {exc}"})
             else:
@@ -458,9 +567,10 @@ def _derive(
 
 
 def _version(
-    resolved: _Resolved, obs: Observation, tolerance: float
+    resolved: _Resolved, obs: Observation, tolerance: float, pool_tenants: list[str]
 ) -> tuple[WorkloadProfile | None, WorkloadProfile]:
-    """(profile before, profile after): a new telemetry version when the figures moved."""
+    """(profile before, profile after): a new telemetry version when the figures moved.
+    ``pool_tenants``: the tenants a pool-wide profile stands for (empty: this tenant's own)."""
     before = selectors.current_profile(
         tenant=resolved.tenant,
         model=resolved.model,
@@ -475,6 +585,7 @@ def _version(
         and not _changed(before, figures, tolerance)
         and list(before.censored) == censored
         and list(before.unmeasured) == unmeasured
+        and list(before.pool_tenants) == pool_tenants
     ):
         return before, before
     profile = WorkloadProfile(
@@ -486,6 +597,7 @@ def _version(
         source=WorkloadProfile.Source.TELEMETRY,
         censored=censored,
         unmeasured=unmeasured,
+        pool_tenants=pool_tenants,
         **figures,
     )
     profile.full_clean()

@@ -22,13 +22,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from controlplane.fleet.models import LlmModel, Region, ReplicaShape
+from controlplane.fleet.selectors import planning_target_utilization
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry import selectors
 from controlplane.telemetry.conf import DriftThresholds
@@ -462,10 +462,7 @@ def _pool_shape(alert: PoolDriftAlert, region: str) -> tuple[ReplicaShape | None
     shape = ReplicaShape.objects.filter(name=names.pop()).first()
     if shape is None:
         return None, None
-    target = shape.target_utilization
-    return shape, float(
-        target if target is not None else settings.HEADROOM_DEFAULT_TARGET_UTILIZATION
-    )
+    return shape, planning_target_utilization(shape=shape)
 
 
 # -- messages -------------------------------------------------------------------------------------

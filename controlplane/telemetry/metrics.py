@@ -23,6 +23,18 @@ the engine's own source:
   ``sglang:token_usage``; the length histograms ``sglang:prompt_tokens_histogram`` and
   ``sglang:generation_tokens_histogram`` exist only with ``--collect-tokens-histogram``.
 
+Tenant demand comes from a **gateway** in front of the pools where one is configured
+(``GATEWAYS``): per tenant, model and region, requests and prompt/output tokens, stored as
+``gateway:requests_total``, ``gateway:prompt_tokens_total``, ``gateway:output_tokens_total``.
+
+- ``litellm``: the LiteLLM proxy's Prometheus callback, ``litellm/integrations/prometheus.py``
+  with its labels in ``litellm/types/integrations/prometheus.py`` (``PrometheusMetricLabels``),
+  commits 002de3dd / 02672640: ``litellm_proxy_total_requests_metric`` (labels ``end_user``,
+  ``hashed_api_key``, ``api_key_alias``, ``requested_model``, ``team``, ``team_alias``, ``user``,
+  ``status_code``; counted here for 2xx only), ``litellm_input_tokens_metric`` and
+  ``litellm_output_tokens_metric`` (the same identity labels, ``model`` and
+  ``requested_model``). ``requested_model`` is the model name clients send (the pool's).
+
 Prometheus' client appends ``_total`` to a counter's name in the exposition (vLLM V1 defines
 ``vllm:prompt_tokens`` and exposes ``vllm:prompt_tokens_total``): the names here are the
 exposed ones.
@@ -134,6 +146,20 @@ SGLANG: NameMap = {
 
 ENGINES: dict[str, NameMap] = {"vllm-v1": VLLM_V1, "vllm-v0": VLLM_V0, "sglang": SGLANG}
 
+GATEWAY_REQUESTS = "gateway:requests_total"
+GATEWAY_PROMPT_TOKENS = "gateway:prompt_tokens_total"
+GATEWAY_OUTPUT_TOKENS = "gateway:output_tokens_total"
+GATEWAY_METRICS = (GATEWAY_REQUESTS, GATEWAY_PROMPT_TOKENS, GATEWAY_OUTPUT_TOKENS)
+
+# Gateway → stored name → the counter selector it reads.
+GATEWAYS: dict[str, dict[str, str]] = {
+    "litellm": {
+        GATEWAY_REQUESTS: 'litellm_proxy_total_requests_metric_total{status_code=~"2.."}',
+        GATEWAY_PROMPT_TOKENS: "litellm_input_tokens_metric_total",
+        GATEWAY_OUTPUT_TOKENS: "litellm_output_tokens_metric_total",
+    }
+}
+
 
 @dataclass(frozen=True)
 class Query:
@@ -144,6 +170,17 @@ class Query:
     promql: str
     by_le: bool = False
     fallbacks: tuple[str, ...] = ()
+
+
+def gateway_queries(labels: LabelConfig, bucket_s: int, gateway: str) -> list[Query]:
+    """The range queries of a gateway's tenant demand (none without a gateway)."""
+    if not gateway:
+        return []
+    by = ", ".join(labels.names)
+    return [
+        Query(stored, f"sum by ({by}) (increase({selector}[{bucket_s}s]))")
+        for stored, selector in GATEWAYS[gateway].items()
+    ]
 
 
 def _promql(family: MetricFamily, exposed: str, suffix: str, by: str, window: str) -> str:

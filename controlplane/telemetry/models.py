@@ -26,6 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
+from controlplane.core.jobs import Job, JobStatus
 from controlplane.fleet.models import LlmModel, Region, ReplicaShape, WorkloadClass
 from controlplane.policies.models import Tenant, WorkloadProfile
 
@@ -91,25 +92,27 @@ class TelemetrySample(models.Model):
         return f"{self.series_id} @ {self.bucket_start:%Y-%m-%d %H:%M:%S}: {self.value:g}"
 
 
-class RunStatus(models.TextChoices):
-    RUNNING = "running", "running"
-    SUCCEEDED = "succeeded", "succeeded"
-    PARTIAL = "partial", "partial (answered with warnings; pulled again)"
-    FAILED = "failed", "failed"
+# The one set of job statuses; pulls and derivations start running.
+RunStatus = JobStatus
+# A pull answered with warnings: its samples are stored but not final; the next pull takes its
+# window again and overwrites them.
+PULL_PARTIAL = "partial"
 
 
-class TelemetryPull(models.Model):
+class TelemetryPull(Job):
     """One attempt to pull a window of telemetry from Prometheus."""
 
     task_id = models.CharField(max_length=64, blank=True)
     attempt = models.PositiveIntegerField(default=1, help_text="1 for the first try.")
+    status = models.CharField(
+        max_length=16,
+        choices=[*JobStatus.choices, (PULL_PARTIAL, "partial (answered with warnings)")],
+        default=JobStatus.RUNNING,
+    )
     started_at = models.DateTimeField(default=timezone.now)
-    finished_at = models.DateTimeField(null=True, blank=True)
     window_start = models.DateTimeField()
     window_end = models.DateTimeField()
     bucket_s = models.PositiveIntegerField()
-    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING)
-    error = models.TextField(blank=True)
     queries = models.PositiveIntegerField(default=0)
     series_fetched = models.PositiveIntegerField(default=0)
     samples_fetched = models.PositiveIntegerField(default=0)
@@ -117,7 +120,7 @@ class TelemetryPull(models.Model):
         default=0, help_text="New samples; buckets stored before are not counted."
     )
     skipped_series = models.PositiveIntegerField(
-        default=0, help_text="Series without a tenant, model or region label."
+        default=0, help_text="Series without a model or region label."
     )
     unknown_labels = models.JSONField(
         default=list, blank=True, help_text="Label values no tenant, model or region has."
@@ -132,12 +135,6 @@ class TelemetryPull(models.Model):
             f"pull {self.window_start:%Y-%m-%d %H:%M}–{self.window_end:%H:%M} "
             f"(attempt {self.attempt}): {self.status}"
         )
-
-    @property
-    def duration_s(self) -> float | None:
-        if self.finished_at is None:
-            return None
-        return (self.finished_at - self.started_at).total_seconds()
 
     def summary(self) -> dict[str, Any]:
         """The report as plain data (a task's result)."""
@@ -155,15 +152,13 @@ class TelemetryPull(models.Model):
         }
 
 
-class ProfileDerivation(models.Model):
+class ProfileDerivation(Job):
     """One run deriving workload profiles from stored samples."""
 
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.RUNNING)
     started_at = models.DateTimeField(default=timezone.now)
-    finished_at = models.DateTimeField(null=True, blank=True)
     window_start = models.DateTimeField()
     window_end = models.DateTimeField()
-    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING)
-    error = models.TextField(blank=True)
     profiles_created = models.PositiveIntegerField(default=0)
     profiles_unchanged = models.PositiveIntegerField(default=0)
     alerts_raised = models.PositiveIntegerField(default=0)

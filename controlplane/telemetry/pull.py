@@ -16,11 +16,11 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.schedule import ScheduledTask
+from controlplane.core.schedule import ScheduledTask
 from controlplane.telemetry import histograms, selectors
 from controlplane.telemetry.conf import LabelConfig, TelemetrySettings, telemetry_settings
-from controlplane.telemetry.metrics import Query, pull_queries
-from controlplane.telemetry.models import RunStatus, TelemetryPull
+from controlplane.telemetry.metrics import GATEWAY_METRICS, Query, gateway_queries, pull_queries
+from controlplane.telemetry.models import PULL_PARTIAL, RunStatus, TelemetryPull
 from controlplane.telemetry.prometheus import (
     PrometheusBadResponse,
     PrometheusClient,
@@ -119,6 +119,8 @@ def telemetry_fetch(
     start: datetime,
     end: datetime,
     engine: str = "vllm-v1",
+    gateway: str = "",
+    gateway_labels: LabelConfig | None = None,
 ) -> Fetched:
     """Run every query over [start, end) and check the answers; raises ``PrometheusError``.
 
@@ -128,14 +130,19 @@ def telemetry_fetch(
     outside the window, repeated, not finite or negative (every metric here is a count, a
     mean count or a fraction) is garbage, and garbage fails the whole pull. A name the engine
     does not answer is tried under its fallback names; warnings are collected (the answer is
-    partial); a range refused as too many samples is split.
+    partial); a range refused as too many samples is split. A gateway's series (tenant
+    demand) must name a tenant.
     """
     fetched = Fetched()
     first, last = start.timestamp() + bucket_s, end.timestamp()
     if last < first:
         return fetched
     chunk = _MAX_POINTS * bucket_s
-    for query in pull_queries(labels, bucket_s, engine):
+    planned = [(q, labels) for q in pull_queries(labels, bucket_s, engine)]
+    if gateway:
+        gw_labels = gateway_labels or labels
+        planned += [(q, gw_labels) for q in gateway_queries(gw_labels, bucket_s, gateway)]
+    for query, query_labels in planned:
         chunk_start = first
         while chunk_start <= last:
             chunk_end = min(last, chunk_start + chunk - bucket_s)
@@ -150,8 +157,8 @@ def telemetry_fetch(
             result = [series for answer in answers for series in answer.series]
             fetched.warnings += [w for answer in answers for w in answer.warnings]
             for series in result:
-                key = _series_key(series.labels, labels, query)
-                if key is None:
+                key = _series_key(series.labels, query_labels, query)
+                if key is None or (query.metric in GATEWAY_METRICS and not key.tenant):
                     fetched.skipped_series += 1
                     continue
                 fetched.series += 1
@@ -243,6 +250,8 @@ def telemetry_pull(
             start=start,
             end=end,
             engine=conf.engine,
+            gateway=conf.gateway,
+            gateway_labels=conf.gateway_labels,
         )
     except PrometheusError as exc:
         _pull_failed(pull, exc)
@@ -266,7 +275,7 @@ def telemetry_pull(
             ]
             pull.samples_stored = samples_store(rows=rows, overwrite=overwrite)
             if fetched.warnings:
-                pull.status = RunStatus.PARTIAL
+                pull.status = PULL_PARTIAL
                 distinct = sorted(set(fetched.warnings))
                 pull.error = "Prometheus answered with warnings: " + "; ".join(distinct)[:2000]
             else:
@@ -276,7 +285,7 @@ def telemetry_pull(
     except Exception as exc:
         _pull_failed(pull, exc)
         raise
-    if pull.status == RunStatus.PARTIAL:
+    if pull.status == PULL_PARTIAL:
         logger.warning("telemetry pull %s is partial: %s", pull.pk, pull.error)
     if pull.unknown_labels:
         logger.warning(

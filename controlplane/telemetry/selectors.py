@@ -13,11 +13,13 @@ from typing import Any
 
 from django.db.models import Count, Func, IntegerField, Q, Sum, Value
 
-from controlplane.fleet.models import CapacityFigure, LlmModel, Region, ReplicaShape
+from controlplane.fleet.models import LlmModel, Region, ReplicaShape
+from controlplane.fleet.selectors import planning_figures
 from controlplane.policies.models import Tenant, WorkloadProfile
 from controlplane.telemetry.conf import telemetry_settings
 from controlplane.telemetry.metrics import REQUESTS
 from controlplane.telemetry.models import (
+    PULL_PARTIAL,
     RunStatus,
     TelemetryPull,
     TelemetrySample,
@@ -39,7 +41,7 @@ def last_pulled_until(*, bucket_s: int) -> datetime | None:
 
 def _incomplete_windows(*, bucket_s: int) -> list[tuple[datetime, datetime]]:
     """Windows of partial pulls that no later successful pull covered whole."""
-    partial = TelemetryPull.objects.filter(status=RunStatus.PARTIAL, bucket_s=bucket_s).values_list(
+    partial = TelemetryPull.objects.filter(status=PULL_PARTIAL, bucket_s=bucket_s).values_list(
         "pk", "window_start", "window_end"
     )
     pending = []
@@ -346,11 +348,33 @@ def pool_profiles(*, model: LlmModel, region: Region) -> list[WorkloadProfile]:
     observed_tenants = {
         p.tenant_id for p in current.values() if p.source == WorkloadProfile.Source.TELEMETRY
     }
+    # A pool-wide telemetry profile (tenants telemetry cannot tell apart) stands for every
+    # tenant it names.
+    covered = {
+        name
+        for p in current.values()
+        if p.source == WorkloadProfile.Source.TELEMETRY
+        for name in p.pool_tenants
+        if name != p.tenant.name
+    }
     return [
         p
         for p in current.values()
-        if p.tenant_id not in observed_tenants or p.source == WorkloadProfile.Source.TELEMETRY
+        if (p.tenant_id not in observed_tenants or p.source == WorkloadProfile.Source.TELEMETRY)
+        and p.tenant.name not in covered
     ]
+
+
+def pool_tenant_names(*, model: LlmModel, region: Region) -> list[str]:
+    """Names of the tenants with a current profile for ``model`` whose traffic lands in
+    ``region`` (a profile without a region is its tenant's home region's), sorted."""
+    return sorted(
+        set(
+            WorkloadProfile.objects.filter(model=model)
+            .filter(Q(region=region) | Q(region__isnull=True, tenant__home_region=region))
+            .values_list("tenant__name", flat=True)
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -363,18 +387,17 @@ class PoolShape:
 
 
 def pool_shape(*, model: LlmModel) -> PoolShape | None:
-    """The model's smallest shape (fewest GPUs, then name) with a whole-mix capacity figure,
-    sized on that figure's freshest measurement; None when no shape has one.
+    """The model's smallest shape (fewest GPUs, then name) with a capacity figure, sized on
+    the figure planning uses for it (``fleet.selectors.planning_figures``: the freshest
+    whole-mix figure, else the freshest of any class); None when no shape has one.
 
     The smallest shape is the one the capacity method sizes fleets in (the seeds' 2-GPU
     replica); a larger shape is a redesign, not a replica count.
     """
-    figures = (
-        CapacityFigure.objects.filter(shape__model=model, workload_class__isnull=True)
-        .select_related("shape", "shape__model", "shape__accelerator")
-        .order_by("shape__gpus_per_replica", "shape__name", "-measured_at", "-pk")
-    )
-    figure = figures.first()
-    if figure is None:
-        return None
-    return PoolShape(figure.shape, figure.prefill_tokens_per_s, figure.decode_tokens_per_s)
+    shapes = ReplicaShape.objects.filter(model=model).order_by("gpus_per_replica", "name")
+    figures = planning_figures(shape_ids=[shape.pk for shape in shapes])
+    for shape in shapes:
+        figure = figures.get(shape.pk)
+        if figure is not None:
+            return PoolShape(shape, figure.prefill_tokens_per_s, figure.decode_tokens_per_s)
+    return None

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from controlplane.fleet.models import (
     AcceleratorType,
@@ -44,7 +45,9 @@ class FakePrometheus:
     """Answers ``/api/v1/query_range`` from registered series; ``script`` overrides answers.
 
     ``script`` holds (status, body) answers used one per request, in order, before the
-    registered series take over; ``always`` (when set) answers every request.
+    registered series take over; ``always`` (when set) answers every request. ``warnings``
+    are sent with every series answer (a partial answer, as Prometheus marks one); a range of
+    more than ``max_points`` steps is refused as Prometheus refuses too many samples (422).
     """
 
     url: str = ""
@@ -53,6 +56,8 @@ class FakePrometheus:
     always: tuple[int, bytes] | None = None
     delay_s: float = 0.0
     queries: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    max_points: int | None = None
 
     def add(self, metric: str, labels: Mapping[str, str], value: ValueAt) -> None:
         self.series.setdefault(metric, []).append(FakeSeries(dict(labels), value))
@@ -66,6 +71,14 @@ class FakePrometheus:
         match = _METRIC.search(params["query"])
         assert match, params["query"]
         start, end, step = (float(params[k]) for k in ("start", "end", "step"))
+        if self.max_points is not None and (end - start) / step + 1 > self.max_points:
+            error = {
+                "status": "error",
+                "errorType": "execution",
+                "error": "query processing would load too many samples into memory in query "
+                "execution",
+            }
+            return 422, json.dumps(error).encode()
         result = []
         for item in self.series.get(match.group(1), []):
             stamps = []
@@ -75,7 +88,12 @@ class FakePrometheus:
                 t += step
             values = [[t, repr(item.value(t))] for t in stamps]
             result.append({"metric": item.labels, "values": values})
-        body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+        body: dict[str, Any] = {
+            "status": "success",
+            "data": {"resultType": "matrix", "result": result},
+        }
+        if self.warnings:
+            body["warnings"] = list(self.warnings)
         return 200, json.dumps(body).encode()
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.api.permissions import FINANCE, POLICY_ADMIN, VIEWER
+from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.fleet.models import CapacityFigure, WorkloadClass, ZoneInventory
 from controlplane.plans import impact
 from controlplane.plans.impact import pool_drift_alerts_price

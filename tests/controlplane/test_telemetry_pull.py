@@ -11,17 +11,32 @@ from typing import Any
 import pytest
 from celery.exceptions import Retry
 
-from controlplane.telemetry.metrics import E2E_HIST, METRICS, REQUESTS
-from controlplane.telemetry.models import RunStatus, TelemetryPull, TelemetrySample, TelemetrySeries
+from controlplane.pipeline import tasks
+from controlplane.telemetry.derive import derivation_follows_pull
+from controlplane.telemetry.metrics import (
+    E2E_HIST,
+    KV_USAGE,
+    METRICS,
+    PREFIX_HITS,
+    PREFIX_QUERIES,
+    REQUESTS,
+)
+from controlplane.telemetry.models import (
+    PULL_PARTIAL,
+    RunStatus,
+    TelemetryPull,
+    TelemetrySample,
+    TelemetrySeries,
+)
 from controlplane.telemetry.prometheus import (
     PrometheusBadResponse,
     PrometheusQueryError,
+    PrometheusTooManySamples,
     PrometheusUnavailable,
 )
 from controlplane.telemetry.pull import telemetry_pull
 from tests.controlplane.telemetry_fakes import FakePrometheus, fake_prometheus, make_fleet
 from workers.celery import app
-from workers.tasks import telemetry as tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -296,3 +311,94 @@ def test_label_names_come_from_settings(prom: FakePrometheus, settings: Any) -> 
 def test_an_empty_window_is_a_successful_pull_of_nothing(prom: FakePrometheus) -> None:
     pull = telemetry_pull(window_start=T0, window_end=T0)
     assert pull.status == RunStatus.SUCCEEDED and pull.queries == 0 and pull.samples_stored == 0
+
+
+def test_a_pull_answered_with_warnings_is_partial_and_the_next_pull_completes_its_window(
+    prom: FakePrometheus,
+) -> None:
+    # A federated store is down: Prometheus answers with what it has (a third of the
+    # requests) and says so in warnings.
+    complete = {"value": False}
+    prom.add(REQUESTS, LABELS, lambda t: 2400.0 if complete["value"] else 800.0)
+    prom.warnings = ["remote store eu-west-2 unavailable"]
+    first = telemetry_pull(now=T0 + timedelta(minutes=7))
+    assert first.status == PULL_PARTIAL
+    assert "eu-west-2 unavailable" in first.error
+    assert not derivation_follows_pull(pull=first)
+    assert set(TelemetrySample.objects.values_list("value", flat=True)) == {800.0}
+
+    # The store is back. The next scheduled pull starts at the partial window again and
+    # overwrites what the partial answer stored; its own new buckets are stored too.
+    prom.warnings = []
+    complete["value"] = True
+    second = telemetry_pull(now=T0 + timedelta(minutes=17))
+    assert second.status == RunStatus.SUCCEEDED
+    assert second.window_start == first.window_start
+    assert second.window_end == T0 + timedelta(minutes=15)
+    assert set(TelemetrySample.objects.values_list("value", flat=True)) == {2400.0}
+    assert TelemetrySample.objects.count() == 14  # 12 buckets of the first window + 2 new
+    assert second.samples_stored == 14  # 12 overwritten, 2 inserted
+    assert derivation_follows_pull(pull=second)
+
+    # Completed: the pull after continues from the last success, and stores nothing twice.
+    third = telemetry_pull(now=T0 + timedelta(minutes=17))
+    assert third.window_start == second.window_end
+    assert third.samples_stored == 0
+
+
+def test_too_many_samples_splits_the_range_and_stores_the_same(prom: FakePrometheus) -> None:
+    _register(prom, LABELS)
+    whole = telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+    asked = len(prom.queries)
+    TelemetrySample.objects.all().delete()
+    prom.queries.clear()
+    prom.max_points = 5  # 12 buckets per query: split into 6 + 6, then 3 + 3 + 3 + 3
+    split = telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert split.status == RunStatus.SUCCEEDED
+    assert split.samples_stored == whole.samples_stored
+    refused = [q for q in prom.queries if (float(q["end"]) - float(q["start"])) / W + 1 > 5]
+    assert len(refused) == 3 * asked  # 12 and twice 6 steps, per query
+    assert len(prom.queries) == 7 * asked
+
+
+def test_a_query_still_too_large_at_one_step_fails_the_pull(prom: FakePrometheus) -> None:
+    _register(prom, LABELS)
+    prom.max_points = 0
+    with pytest.raises(PrometheusTooManySamples):
+        telemetry_pull(window_start=T0, window_end=T0 + timedelta(minutes=10))
+    assert TelemetryPull.objects.get().status == RunStatus.FAILED
+    assert not TelemetrySample.objects.exists()
+
+
+def test_early_v1_prefix_cache_names_are_a_fallback(prom: FakePrometheus) -> None:
+    pool = {"model_name": "chat-70b", "region": "eu-west", "engine": "0"}
+    prom.add("vllm:gpu_prefix_cache_queries_total", pool, lambda t: 1000.0)
+    prom.add("vllm:gpu_prefix_cache_hits_total", pool, lambda t: 250.0)
+    telemetry_pull(window_start=T0, window_end=T0 + timedelta(minutes=10))
+    stored = dict(TelemetrySeries.objects.values_list("metric", "tenant"))
+    assert stored == {PREFIX_QUERIES: "", PREFIX_HITS: ""}
+    asked = [q["query"] for q in prom.queries]
+    assert any("vllm:gpu_prefix_cache_hits_total" in q for q in asked)
+
+
+@pytest.mark.parametrize(
+    ("engine", "kv_name", "requests_name", "absent"),
+    [
+        # V0 has no prefix-cache counters, SGLang no preemption counter: neither is asked for.
+        ("vllm-v0", "vllm:gpu_cache_usage_perc", "vllm:request_success_total", "prefix_cache"),
+        ("sglang", "sglang:token_usage", "sglang:num_requests_total", "preempt"),
+    ],
+)
+def test_each_engine_is_read_under_its_own_names(
+    prom: FakePrometheus, settings: Any, engine: str, kv_name: str, requests_name: str, absent: str
+) -> None:
+    settings.HEADROOM_TELEMETRY_ENGINE = engine
+    pool = {"model_name": "chat-70b", "region": "eu-west"}
+    prom.add(kv_name, pool, lambda t: 0.5)
+    prom.add(requests_name, pool, lambda t: 300.0)
+    telemetry_pull(window_start=T0, window_end=T0 + timedelta(minutes=10))
+    stored = set(TelemetrySeries.objects.values_list("metric", flat=True))
+    assert stored == {KV_USAGE, REQUESTS}
+    asked = {q["query"].split("(")[-1].split("[")[0] for q in prom.queries}
+    assert kv_name in asked and requests_name in asked
+    assert not any(absent in q for q in asked)

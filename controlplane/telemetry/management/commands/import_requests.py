@@ -9,8 +9,6 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from controlplane.plans.models import Plan
-from controlplane.plans.services import replan_request
 from controlplane.telemetry.requestlog import (
     DEFAULT_RESOLUTION,
     FORMATS,
@@ -24,7 +22,8 @@ class Command(BaseCommand):
     help = (
         "Import a request log (one request per record: arrival time, prompt and output tokens) "
         "as telemetry samples, then derive workload profiles over its buckets. Importing the "
-        "same file again stores nothing twice. See docs/telemetry.md."
+        "same file again stores nothing twice. The next re-plan (manage.py replan, or the "
+        "hourly one) sizes from them. See docs/telemetry.md."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -41,9 +40,6 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--no-derive", action="store_true", help="store the samples, derive nothing"
-        )
-        parser.add_argument(
-            "--replan", action="store_true", help="request a re-plan once the profiles are derived"
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -85,9 +81,6 @@ class Command(BaseCommand):
             )
             for item in run.skipped:
                 out.write(f"  no profile for {item['series']}: {item['reason']}")
-        if options["replan"]:
-            replan = replan_request(trigger=Plan.Trigger.COMMAND, reason="request log imported")
-            out.write(f"re-plan run {replan.pk}: {replan.status}")
 
     def stdin_bytes(self) -> bytes:
         return sys.stdin.buffer.read()
