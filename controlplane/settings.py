@@ -11,9 +11,14 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
 
 from controlplane.core.conf import envbool, envint, envlist, envnetworks, envsecret, envstr
 from planner.placement.problem import DEFAULT_TARGET_UTILIZATION
+
+# Lets the admin and form classes take type arguments at run time (``TabularInline[Zone]``),
+# as django-stubs declares them.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("HEADROOM_VAR_DIR", str(BASE_DIR / "var")))
@@ -49,11 +54,15 @@ INSTALLED_APPS = [
     "controlplane.benchmarks",
     "controlplane.emission",
     "controlplane.pipeline",
+    "controlplane.finance",
     "axes",
 ]
 
 MIDDLEWARE = [
+    # Probes (/healthz, /readyz) from a pod IP, answered before the Host check refuses them.
+    "controlplane.health.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     # Errors under /api/ that no DRF view shaped (no such route, a refused Host, an unhandled
     # exception) get the API's JSON error body.
     "controlplane.core.errors.ApiErrorMiddleware",
@@ -115,6 +124,18 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(envstr("STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+# WhiteNoise serves the collected files from the web process itself; in production with
+# hashed names (cached for a year), which `collectstatic` writes at image build time.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -123,7 +144,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.core.roles.RolePermission"],
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "controlplane.core.filters.StrictFilterBackend",
         "rest_framework.filters.OrderingFilter",
         "rest_framework.filters.SearchFilter",
     ],

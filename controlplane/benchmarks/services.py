@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -82,10 +82,9 @@ class MeasuredFigure:
     workload_class: WorkloadClass | None = None
 
 
-def _recorded(user: Actor | None) -> AbstractBaseUser | None:
-    if user is None or not getattr(user, "is_authenticated", False):
-        return None
-    return user  # type: ignore[return-value]
+def _recorded(user: Actor | None) -> User | None:
+    # Every signed-in user is a stored User (the project keeps Django's user model).
+    return user if isinstance(user, User) else None
 
 
 # -- requesting -------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from rest_framework.response import Response
 from controlplane.api.serializers import RecordSerializer
 from controlplane.api.viewsets import RecordViewSet
 from controlplane.core.api import ReadOnlyViewSet, StableOrderingFilter
+from controlplane.core.filters import StrictFilterSet
 from controlplane.emission import services
 from controlplane.emission.models import AllocationSink, DeliveryAttempt, OutboxEntry
 
@@ -54,6 +55,12 @@ class AllocationSinkSerializer(RecordSerializer):
             "timeout_s",
             "namespace",
             "container_image",
+            "autoscaler",
+            "prometheus_url",
+            "gpu_node_label",
+            "cpu_per_gpu",
+            "memory_gib_per_gpu",
+            "env_secret",
             "kubectl_apply",
             "kubectl_context",
             "created_at",
@@ -70,7 +77,7 @@ class AllocationSinkSerializer(RecordSerializer):
         return value
 
 
-class SinkFilter(django_filters.FilterSet):
+class SinkFilter(StrictFilterSet):
     class Meta:
         model = AllocationSink
         fields = ("kind", "enabled")
@@ -84,7 +91,7 @@ class AllocationSinkViewSet(RecordViewSet):
     ordering_fields = ("id", "name", "kind", "enabled")
 
 
-class DeliveryAttemptSerializer(serializers.ModelSerializer):
+class DeliveryAttemptSerializer(serializers.ModelSerializer[DeliveryAttempt]):
     class Meta:
         model = DeliveryAttempt
         fields = (
@@ -98,13 +105,13 @@ class DeliveryAttemptSerializer(serializers.ModelSerializer):
         )
 
 
-class OutboxEntrySerializer(serializers.ModelSerializer):
+class OutboxEntrySerializer(serializers.ModelSerializer[OutboxEntry]):
     plan_version = serializers.IntegerField(source="plan.version", read_only=True)
     sink_name = serializers.CharField(source="sink.name", read_only=True)
 
     class Meta:
         model = OutboxEntry
-        fields = (
+        fields: tuple[str, ...] = (
             "id",
             "plan",
             "plan_version",
@@ -133,7 +140,7 @@ class OutboxEntryDetailSerializer(OutboxEntrySerializer):
         read_only_fields = fields
 
 
-class OutboxFilter(django_filters.FilterSet):
+class OutboxFilter(StrictFilterSet):
     plan_version = django_filters.NumberFilter(field_name="plan__version")
 
     class Meta:
@@ -157,7 +164,7 @@ class OutboxEntryViewSet(ReadOnlyViewSet):
             queryset = queryset.prefetch_related("attempt_log")
         return queryset
 
-    def get_serializer_class(self) -> Any:
+    def get_serializer_class(self) -> type[OutboxEntrySerializer]:
         if self.action in ("retrieve", "retry"):
             return OutboxEntryDetailSerializer
         return OutboxEntrySerializer

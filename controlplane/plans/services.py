@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import F, Max
@@ -530,9 +530,10 @@ def plan_activate(*, plan: Plan, user: Actor | None = None) -> Plan:
     return plan
 
 
-def _recorded(user: Actor | None) -> Any:
+def _recorded(user: Actor | None) -> User | None:
     """The user to record as author or decider: None for no user or an anonymous one."""
-    return user if user is not None and user.is_authenticated else None
+    # Every signed-in user is a stored User (the project keeps Django's user model).
+    return user if isinstance(user, User) else None
 
 
 def _require_policy_admin(user: Actor | None, action: str) -> None:

@@ -7,6 +7,8 @@ acknowledging alerts, through the same service the API uses.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
@@ -47,9 +49,11 @@ class TelemetryPullAdmin(ReadOnlyAdmin):
         return obj.error[:120]
 
 
-class ObservedWorkloadInline(ReadOnlyAdminMixin, admin.TabularInline):  # type: ignore[type-arg]
+class ObservedWorkloadInline(
+    ReadOnlyAdminMixin, admin.TabularInline[ObservedWorkload, ProfileDerivation]
+):
     model = ObservedWorkload
-    fields: list[str] = [
+    fields: ClassVar[tuple[str, ...]] = (
         "tenant",
         "model",
         "region",
@@ -62,7 +66,7 @@ class ObservedWorkloadInline(ReadOnlyAdminMixin, admin.TabularInline):  # type: 
         "prefix_cache_hit_rate",
         "ttft_p95_s",
         "residence_s",
-    ]
+    )
     readonly_fields = list(fields)
     extra = 0
     can_delete = False
@@ -123,7 +127,7 @@ class PoolDriftAlertAdmin(ReadOnlyAdmin):
 
 
 @admin.register(DriftAlert)
-class DriftAlertAdmin(ListActionsOnlyAdminMixin, SimpleHistoryAdmin):  # type: ignore[misc]
+class DriftAlertAdmin(ListActionsOnlyAdminMixin, SimpleHistoryAdmin):
     """ "Change" means acknowledging, from the list; an alert's own page only shows it."""
 
     list_display = [

@@ -368,7 +368,8 @@ class TelemetrySeriesViewSet(TelemetryReadViewSet):
                 )
             rows = rows.filter(**{lookup: moment})
         page = self.paginate_queryset(rows.values("bucket_start", "value"))
-        data = SampleSerializer(page, many=True).data
+        # The stubs type a serializer's instance as one object, also with many=True.
+        data = SampleSerializer(page, many=True).data  # type: ignore[arg-type]
         return self.get_paginated_response(data)
 
 

@@ -77,6 +77,19 @@ class TestSinkEndpoint(EndpointContract):
             },
             "container_image",
         )
+        k8s = {
+            "kind": "kubernetes",
+            "name": self.records.name("k8s"),
+            "directory": "manifests",
+            "namespace": "inference",
+            "container_image": "vllm/vllm-openai:v0.11.0",
+        }
+        yield {**k8s, "autoscaler": "keda"}, "prometheus_url"
+        yield {**k8s, "autoscaler": "vpa"}, "autoscaler"
+        yield {**k8s, "gpu_node_label": "not a label"}, "gpu_node_label"
+        yield {**k8s, "cpu_per_gpu": 0}, "cpu_per_gpu"
+        yield {**k8s, "memory_gib_per_gpu": 0.5}, "memory_gib_per_gpu"
+        yield {**k8s, "env_secret": "Bad_Name"}, "env_secret"
         existing = self.make()
         yield {**hook, "name": existing.name}, "name"  # type: ignore[attr-defined]
 
