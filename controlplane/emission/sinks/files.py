@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from controlplane.emission.sinks import (
+from controlplane.emission.sinks.base import (
     Delivery,
     DeliveryResult,
     Outcome,

@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from controlplane.emission.conf import emission_settings
-from controlplane.emission.sinks import (
+from controlplane.emission.sinks.base import (
     Delivery,
     DeliveryResult,
     Outcome,

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING
 
-from controlplane.emission.sinks import Delivery, DeliveryResult, Outcome, canonical_json
+from controlplane.emission.sinks.base import Delivery, DeliveryResult, Outcome, canonical_json
 from planner import signing
 
 if TYPE_CHECKING:
