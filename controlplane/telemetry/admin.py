@@ -20,6 +20,7 @@ from controlplane.telemetry import drift
 from controlplane.telemetry.models import (
     DriftAlert,
     ObservedWorkload,
+    PoolDriftAlert,
     ProfileDerivation,
     TelemetryPull,
     TelemetrySeries,
@@ -118,6 +119,13 @@ class TelemetrySeriesAdmin(ReadOnlyAdmin):
     show_full_result_count = False  # counting millions of rows on every page is slow
 
 
+@admin.register(PoolDriftAlert)
+class PoolDriftAlertAdmin(ReadOnlyAdmin):
+    list_display = ["last_seen_at", "status", "model", "region", "pricing", "message"]
+    list_filter = ["status", "pricing", "region", "model"]
+    list_select_related = ["model", "region"]
+
+
 @admin.register(DriftAlert)
 class DriftAlertAdmin(ListActionsOnlyAdminMixin, SimpleHistoryAdmin):
     """ "Change" means acknowledging, from the list; an alert's own page only shows it."""
@@ -153,6 +161,8 @@ class DriftAlertAdmin(ListActionsOnlyAdminMixin, SimpleHistoryAdmin):
         "target_utilization",
         "replicas_before",
         "replicas_after",
+        "pool_alert",
+        "pool_share",
         "occurrences",
         "first_seen_at",
         "last_seen_at",
