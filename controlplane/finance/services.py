@@ -1090,8 +1090,8 @@ def finance_history(
                         "tenant": tenant,
                         "tier": tier,
                     }
-                    for name, value in attrs.items():
-                        atoms.attributes[name].append(value)
+                    for name, text in attrs.items():
+                        atoms.attributes[name].append(text)
                     atoms.period.append(k)
                     for name, value in values.items():
                         atoms.values[name].append(value)
