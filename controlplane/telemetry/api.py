@@ -163,6 +163,7 @@ class TelemetryProfileSerializer(serializers.ModelSerializer[WorkloadProfile]):
             "censored",
             "lower_bounds",
             "unmeasured",
+            "pool_tenants",
         ]
 
 
