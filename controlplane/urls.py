@@ -9,5 +9,6 @@ urlpatterns = [
     path("api/emission/", include("controlplane.emission.urls")),
     path("api/plans/", include("controlplane.plans.urls")),
     path("api/benchmarks/", include("controlplane.benchmarks.urls")),
+    path("api/finance/", include("controlplane.finance.urls")),
     path("api/", include("controlplane.api.urls")),
 ]

@@ -83,7 +83,8 @@ def tenant_save(*, tenant: Tenant, residency_regions: Sequence[Region] | None = 
         else:
             if residency_regions is not None:
                 # Change the list without a history row of its own: the save below writes
-                # one row that records the new list with the other changes.
+                # one row that records the new list with the other changes. (The flag is
+                # simple_history's per-instance switch, unknown to the model's type.)
                 tenant.skip_history_when_saving = True  # type: ignore[attr-defined]
                 try:
                     tenant.residency_regions.set(regions)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.utils.dateparse import parse_datetime
 
 from controlplane.celery import app
@@ -47,7 +48,7 @@ def _moment(value: str | None, name: str) -> datetime | None:
     name=PULL_TASK,
     autoretry_for=(PrometheusUnavailable, PrometheusBadResponse),
     retry_backoff=30,
-    retry_backoff_max=900,
+    retry_backoff_max=settings.HEADROOM_MAX_RETRY_COUNTDOWN_S,
     retry_jitter=True,
     max_retries=PULL_MAX_RETRIES,
 )
@@ -74,8 +75,9 @@ def derive_profiles(
     window_start: str | None = None, window_end: str | None = None
 ) -> dict[str, Any]:
     """Derive workload profiles and drift alerts over [window_start, window_end) (by default
-    the window ``after_pull`` would name; nothing when that was derived before). New drift
-    alerts request a re-plan, whose run id the result gives (None: none requested)."""
+    the window ``after_pull`` would name; nothing when that was derived before). Each pool's
+    drift is priced; new drift alerts request a re-plan, whose run id the result gives (None:
+    none requested)."""
     start, end = _moment(window_start, "window_start"), _moment(window_end, "window_end")
     if start is None and end is None:
         due = pipeline.due_derivation_window()

@@ -36,16 +36,17 @@ class TierAdmin(RevisionedAdmin):
     search_fields = ["name"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Tier]:
-        return super().get_queryset(request).annotate(_tenant_count=Count("tenants"))
+        rows: QuerySet[Tier] = super().get_queryset(request)
+        return rows.annotate(_tenant_count=Count("tenants"))
 
     @admin.display(description="tenants", ordering="_tenant_count")
     def tenant_count(self, obj: Tier) -> int:
         return int(getattr(obj, "_tenant_count", 0))
 
 
-class TenantQuotaInline(admin.StackedInline):
+class TenantQuotaInline(admin.StackedInline[TenantQuota, Tenant]):
     model = TenantQuota
-    form = RevisionCheckedForm
+    form = RevisionCheckedForm[TenantQuota]
     fields = [
         "budget_rate_replica_s_per_s",
         "budget_burst_replica_s",
@@ -60,7 +61,7 @@ class TenantQuotaInline(admin.StackedInline):
     can_delete = True
 
 
-class WorkloadProfileInline(admin.TabularInline):
+class WorkloadProfileInline(admin.TabularInline[WorkloadProfile, Tenant]):
     model = WorkloadProfile
     fields = [
         "model",

@@ -18,7 +18,7 @@ from controlplane.core.admin import RevisionCheckedForm
 from controlplane.policies.models import Tenant, validate_residency_regions
 
 
-class TenantAdminForm(RevisionCheckedForm):
+class TenantAdminForm(RevisionCheckedForm[Tenant]):
     """Tenant form that also checks the residency region list against home region and
     geography, naming the regions at fault."""
 

@@ -2,7 +2,8 @@
 
 Under ``/api/telemetry/``: ``pulls/``, ``derivations/``, ``observations/``, ``profiles/``
 (workload profiles measured from telemetry), ``series/`` (with ``{id}/samples/``) and
-``alerts/`` (with ``{id}/acknowledge/``). Any role reads; acknowledging needs
+``alerts/`` (with ``{id}/acknowledge/``) and ``pool-alerts/`` (each pool's drift with its
+price). Any role reads; acknowledging needs
 ``policy-admin``. Lists are paginated (``limit``/``offset``) and filter on the fields named in
 each view's ``filterset_fields``.
 """
@@ -25,6 +26,7 @@ from controlplane.telemetry import drift
 from controlplane.telemetry.models import (
     DriftAlert,
     ObservedWorkload,
+    PoolDriftAlert,
     ProfileDerivation,
     TelemetryPull,
     TelemetrySeries,
@@ -230,11 +232,60 @@ class DriftAlertSerializer(serializers.ModelSerializer[DriftAlert]):
             "replicas_before",
             "replicas_after",
             "replica_delta",
+            "pool_alert",
+            "pool_share",
             "occurrences",
             "first_seen_at",
             "last_seen_at",
             "acknowledged_at",
             "acknowledged_by",
+            "resolved_at",
+        ]
+        read_only_fields = fields
+
+
+class PoolDriftAlertSerializer(serializers.ModelSerializer[PoolDriftAlert]):
+    model: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    region: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    replica_delta = serializers.IntegerField(read_only=True, allow_null=True)
+    cost_per_hour_delta = serializers.FloatField(read_only=True, allow_null=True)
+    tenant_alerts: serializers.PrimaryKeyRelatedField[Any] = serializers.PrimaryKeyRelatedField(
+        many=True, read_only=True
+    )
+
+    class Meta:
+        model = PoolDriftAlert
+        fields = [
+            "id",
+            "model",
+            "region",
+            "status",
+            "message",
+            "pricing",
+            "pricing_error",
+            "priced_at",
+            "replicas_before",
+            "replicas_after",
+            "replica_delta",
+            "gpus_before",
+            "gpus_after",
+            "cost_per_hour_before",
+            "cost_per_hour_after",
+            "cost_per_hour_delta",
+            "unserved_before",
+            "unserved_after",
+            "pools",
+            "tenants",
+            "tenant_alerts",
+            "raised_by",
+            "changed_by",
+            "occurrences",
+            "first_seen_at",
+            "last_seen_at",
             "resolved_at",
         ]
         read_only_fields = fields
@@ -318,7 +369,8 @@ class TelemetrySeriesViewSet(TelemetryReadViewSet):
                 )
             rows = rows.filter(**{lookup: moment})
         page = self.paginate_queryset(rows.values("bucket_start", "value"))
-        data = SampleSerializer(page, many=True).data
+        # The stubs type a serializer's instance as one object, also with many=True.
+        data = SampleSerializer(page, many=True).data  # type: ignore[arg-type]
         return self.get_paginated_response(data)
 
 
@@ -348,3 +400,19 @@ class DriftAlertViewSet(TelemetryReadViewSet):
         alert = self.get_object()
         alert = drift.drift_alert_acknowledge(alert=alert, user=request.user)
         return Response(self.get_serializer(alert).data)
+
+
+class PoolDriftAlertViewSet(TelemetryReadViewSet):
+    """Each pool's drift: every tenant alert of the pool summed and priced by re-solving."""
+
+    queryset = PoolDriftAlert.objects.select_related("model", "region").prefetch_related(
+        "tenant_alerts"
+    )
+    serializer_class = PoolDriftAlertSerializer
+    filterset_fields = {
+        "status": ["exact"],
+        "pricing": ["exact"],
+        "model__name": ["exact"],
+        "region__name": ["exact"],
+    }
+    ordering_fields = ["id", "last_seen_at", "first_seen_at"]

@@ -27,7 +27,7 @@ from controlplane.fleet.models import LlmModel, Region, WorkloadClass
 from controlplane.policies.models import Tenant, WorkloadProfile
 from controlplane.telemetry import histograms, selectors
 from controlplane.telemetry.conf import TelemetrySettings, telemetry_settings
-from controlplane.telemetry.drift import drift_check, pool_token_shares
+from controlplane.telemetry.drift import drift_check, pool_drift_update, pool_token_shares
 from controlplane.telemetry.metrics import (
     E2E_HIST,
     GATEWAY_OUTPUT_TOKENS,
@@ -46,6 +46,7 @@ from controlplane.telemetry.metrics import (
 )
 from controlplane.telemetry.models import (
     OBSERVED_CLASS,
+    DriftAlert,
     ObservedWorkload,
     ProfileDerivation,
     RunStatus,
@@ -544,6 +545,7 @@ def _derive(
         observed.append(_observed_row(run, obs, profile))
     ObservedWorkload.objects.bulk_create(observed)
     # Drift after every version is written, so each pool's "after" holds this run's figures.
+    touched: list[DriftAlert] = []
     for item in versioned:
         pool = (item.resolved.model.pk, item.resolved.region.pk)
         outcome = drift_check(
@@ -557,6 +559,9 @@ def _derive(
         run.alerts_raised += outcome.raised
         run.alerts_updated += outcome.updated
         run.alerts_resolved += outcome.resolved
+        touched.extend(outcome.alerts)
+    # Each pool's drift sums its tenants' alerts; it is priced after the derivation commits.
+    pool_drift_update(derivation=run, alerts=touched, now=end)
     run.unknown_labels = sorted(unknown)
     run.skipped = skipped
 

@@ -1,5 +1,15 @@
-"""Drift alerts with their replica impact (``planner.capacity``): checking a new profile
-version against the one it supersedes, pool sizing, alert messages and acknowledgement.
+"""Drift alerts: a tenant's new profile version against the one it supersedes, and the drift of
+each pool (a model in a region) summed over its tenants and priced the way the plan pays it.
+
+- ``drift_check`` raises, updates or resolves one tenant's alerts (per kind: mean prompt or
+  output length, prefix-cache hit rate, share of the pool's tokens) against thresholds.
+- ``pool_drift_update`` gathers, after a derivation, every active tenant alert of each pool
+  it touched into that pool's one active ``PoolDriftAlert``, to be priced.
+- Pricing re-solves the placement (the re-plan's problem builder and solver) with the
+  profiles before and after the drift; that needs the plans app, so it is not done here: the
+  pipeline calls it after the derivation and records the result with ``pool_drift_priced``
+  (or ``pool_drift_unpriced``). ``pool_drift_baselines`` says which profiles stood before.
+- Messages: one line per alert for an operator, with the pool's replica and cost change.
 """
 
 from __future__ import annotations
@@ -8,7 +18,7 @@ import copy
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -17,72 +27,15 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.fleet.models import LlmModel, Region
+from controlplane.fleet.models import LlmModel, Region, ReplicaShape
 from controlplane.fleet.selectors import planning_target_utilization
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry import selectors
 from controlplane.telemetry.conf import DriftThresholds
-from controlplane.telemetry.models import DriftAlert, ProfileDerivation, RunStatus
-from planner.capacity.sizing import replicas_needed
-from planner.capacity.workload import request_cost
+from controlplane.telemetry.models import DriftAlert, PoolDriftAlert, ProfileDerivation, RunStatus
+from planner.placement.footprint import PoolChange
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PoolSizing:
-    """Replicas a pool needs for a demand, on one shape at its planning target."""
-
-    shape_name: str
-    shape_id: int
-    target_utilization: float
-    demand_replica_s_per_s: float
-    replicas: int
-
-
-def profile_cost_s(profile: WorkloadProfile, prefill: float, decode: float) -> float:
-    """Replica-seconds of this profile's mean request on a replica of the given rates."""
-    return request_cost(
-        profile.prompt_tokens_mean,
-        profile.output_tokens_mean,
-        prefill,
-        decode,
-        profile.prefix_cache_hit_rate,
-    )
-
-
-def pool_sizing(
-    *, model: LlmModel, region: Region, replace: Mapping[int, WorkloadProfile] | None = None
-) -> PoolSizing | None:
-    """Replicas for the peak demand of every tenant's current profile in the pool.
-
-    ``replace`` maps a tenant id to the profile that stands for that tenant instead (the
-    "before" of a change). Demand is Σ peak rate × mean request cost, in replica-seconds per
-    second, sized with ``planner.capacity.sizing.replicas_needed`` at the shape's target (or
-    the fleet default). None when the model has no shape with a whole-mix capacity figure.
-    """
-    shape = selectors.pool_shape(model=model)
-    if shape is None:
-        return None
-    profiles: dict[int, list[WorkloadProfile]] = {}
-    for profile in selectors.pool_profiles(model=model, region=region):
-        profiles.setdefault(profile.tenant_id, []).append(profile)
-    for tenant_id, profile in (replace or {}).items():
-        profiles[tenant_id] = [profile]
-    demand = math.fsum(
-        p.peak_requests_per_s
-        * profile_cost_s(p, shape.prefill_tokens_per_s, shape.decode_tokens_per_s)
-        for group in profiles.values()
-        for p in group
-    )
-    target = planning_target_utilization(shape=shape.shape)
-    return PoolSizing(
-        shape_name=shape.shape.name,
-        shape_id=shape.shape.pk,
-        target_utilization=target,
-        demand_replica_s_per_s=demand,
-        replicas=replicas_needed(demand, 1.0, target),
-    )
 
 
 def _token_rate(profile: WorkloadProfile) -> float:
@@ -101,9 +54,12 @@ def pool_token_shares(*, model: LlmModel, region: Region) -> dict[int, float]:
 
 @dataclass(frozen=True)
 class DriftOutcome:
+    """What one ``drift_check`` did; ``alerts`` are the alerts it raised, updated or resolved."""
+
     raised: int = 0
     updated: int = 0
     resolved: int = 0
+    alerts: tuple[DriftAlert, ...] = ()
 
 
 def _kind_value(kind: str, profile: WorkloadProfile, region: Region) -> float:
@@ -138,6 +94,11 @@ def drifted(kind: str, before: float, after: float, threshold: float) -> bool:
     return abs(after - before) > threshold
 
 
+def _alert_region(profile: WorkloadProfile) -> Region:
+    # Telemetry profiles always name their region; a declared one is served from home.
+    return profile.region if profile.region is not None else profile.tenant.home_region
+
+
 def drift_check(
     *,
     before: WorkloadProfile | None,
@@ -152,19 +113,17 @@ def drift_check(
 
     An active (open or acknowledged) alert of a kind compares the new figures with its own
     baseline: back within the threshold resolves it, else it is updated (current value,
-    replica impact, last seen, occurrences). Without one, a change from the superseded
-    version ``before`` beyond the threshold raises a new alert; for the token share the
-    "before" is ``share_before``, the tenant's share of the pool before this derivation
-    (None: it had none).
+    profile, last seen, occurrences). Without one, a change from the superseded version
+    ``before`` beyond the threshold raises a new alert; for the token share the "before" is
+    ``share_before``, the tenant's share of the pool before this derivation (None: it had
+    none).
 
-    The replica impact is the pool's replicas with this tenant at its baseline profile and
-    everyone else as they are now, against the pool as it is now: what this tenant's change
-    costs.
+    What a drift costs is not decided here, one tenant at a time: ``pool_drift_update`` sums
+    the pool's alerts and the pipeline prices them together.
     """
-    region = after.region
-    if region is None:  # telemetry profiles always name their region
-        region = after.tenant.home_region
+    region = _alert_region(after)
     raised = updated = resolved = 0
+    touched: list[DriftAlert] = []
     active = {
         a.kind: a
         for a in DriftAlert.objects.filter(
@@ -179,23 +138,23 @@ def drift_check(
         threshold = _threshold(kind, thresholds)
         alert = active.get(kind)
         if alert is not None:
-            baseline = alert.baseline_profile
             current = _kind_value(kind, after, region)
+            alert.current_value = current
+            alert.current_profile = after
+            alert.last_seen_at = now
             if not drifted(kind, alert.baseline_value, current, threshold):
                 alert.status = DriftAlert.Status.RESOLVED
                 alert.resolved_at = now
-                alert.current_value = current
-                alert.current_profile = after
-                alert.last_seen_at = now
+                alert.message = drift_message(alert=alert)
                 alert.save()
                 resolved += 1
-                continue
-            _fill_alert(alert, kind, alert.baseline_value, current, baseline, after, region)
-            alert.threshold = threshold
-            alert.occurrences += 1
-            alert.last_seen_at = now
-            alert.save()
-            updated += 1
+            else:
+                alert.threshold = threshold
+                alert.occurrences += 1
+                alert.message = drift_message(alert=alert)
+                alert.save()
+                updated += 1
+            touched.append(alert)
             continue
         if before is None or before.pk == after.pk:
             continue
@@ -215,21 +174,110 @@ def drift_check(
             workload_class=after.workload_class,
             kind=kind,
             threshold=threshold,
+            baseline_value=old,
+            current_value=new,
+            baseline_profile=before,
+            current_profile=after,
             first_seen_at=now,
             last_seen_at=now,
             raised_by=derivation,
         )
-        _fill_alert(alert, kind, old, new, before, after, region)
+        alert.message = drift_message(alert=alert)
         alert.full_clean()
         alert.save()
         raised += 1
+        touched.append(alert)
         logger.warning("drift alert %s: %s", alert.pk, alert.message)
-    return DriftOutcome(raised, updated, resolved)
+    return DriftOutcome(raised, updated, resolved, tuple(touched))
 
 
-# The profile field each length or cache alert watches. Its replica impact varies that field
-# alone, at the current request rate: the Friday review's question is what the longer prompts
-# cost at a flat rate, and rate noise between two short windows must not mask (or invert) it.
+# -- the pool's drift ---------------------------------------------------------------------------
+
+
+def pool_drift_update(
+    *, derivation: ProfileDerivation, alerts: Iterable[DriftAlert], now: datetime
+) -> list[PoolDriftAlert]:
+    """Gather the tenant alerts of every pool ``alerts`` touch into the pool's drift.
+
+    A pool with active tenant alerts gets (or keeps) one active ``PoolDriftAlert`` holding all
+    of them, marked for pricing and ``changed_by`` this derivation; a pool whose tenant
+    alerts have all resolved has its pool alert resolved. Returns the pool alerts to price,
+    by pool.
+    """
+    pools = sorted({(a.model_id, a.region_id) for a in alerts})
+    out: list[PoolDriftAlert] = []
+    for model_id, region_id in pools:
+        tenant_alerts = list(
+            DriftAlert.objects.filter(
+                model_id=model_id, region_id=region_id, status__in=DriftAlert.ACTIVE
+            ).select_for_update()
+        )
+        pool = (
+            PoolDriftAlert.objects.select_for_update()
+            .filter(model_id=model_id, region_id=region_id, status__in=PoolDriftAlert.ACTIVE)
+            .first()
+        )
+        if not tenant_alerts:
+            if pool is not None:
+                pool.status = DriftAlert.Status.RESOLVED
+                pool.resolved_at = now
+                pool.last_seen_at = now
+                pool.changed_by = derivation
+                pool.message = pool_drift_message(alert=pool)
+                pool.save()
+            continue
+        if pool is None:
+            pool = PoolDriftAlert(
+                model_id=model_id,
+                region_id=region_id,
+                raised_by=derivation,
+                first_seen_at=now,
+                occurrences=0,
+            )
+        pool.changed_by = derivation
+        pool.last_seen_at = now
+        pool.occurrences += 1
+        pool.pricing = PoolDriftAlert.Pricing.PENDING
+        pool.pricing_error = ""
+        pool.message = pool_drift_message(
+            alert=pool, tenants=len({a.tenant_id for a in tenant_alerts})
+        )
+        pool.save()
+        for alert in tenant_alerts:
+            alert.pool_alert = pool
+            alert.message = drift_message(alert=alert)
+            alert.save(update_fields=["pool_alert", "message"])
+        out.append(pool)
+    return out
+
+
+def pool_drift_alerts_to_price(*, derivation: ProfileDerivation) -> list[PoolDriftAlert]:
+    """The active pool alerts ``derivation`` changed that wait for their price, by id."""
+    if derivation.status != RunStatus.SUCCEEDED:
+        return []
+    return list(
+        derivation.changed_pool_alerts.filter(
+            status__in=PoolDriftAlert.ACTIVE, pricing=PoolDriftAlert.Pricing.PENDING
+        )
+        .select_related("model", "region")
+        .order_by("pk")
+    )
+
+
+def pool_drift_alerts_active() -> list[PoolDriftAlert]:
+    """Every active pool alert, by id."""
+    return list(
+        PoolDriftAlert.objects.filter(status__in=PoolDriftAlert.ACTIVE)
+        .select_related("model", "region")
+        .order_by("pk")
+    )
+
+
+# The profile field each length or cache alert watches. The "before" of a drift sets that
+# field back to the baseline's at the current request rate: the Friday review's question is
+# what the longer prompts cost at a flat rate, and rate noise between two short windows must
+# not mask (or invert) it. A token-share alert compares whole profiles (the share moves with
+# the rate), so its baseline stands for the tenant's before entire.
 _WATCHED_FIELDS = {
     DriftAlert.Kind.PROMPT_MEAN: "prompt_tokens_mean",
     DriftAlert.Kind.OUTPUT_MEAN: "output_tokens_mean",
@@ -237,91 +285,275 @@ _WATCHED_FIELDS = {
 }
 
 
-def _impact_baseline(
-    kind: str, baseline: WorkloadProfile, current: WorkloadProfile
-) -> WorkloadProfile:
-    """The profile that stands for "before" when pricing an alert of this kind.
+def pool_drift_baselines(*, alert: PoolDriftAlert) -> dict[int, WorkloadProfile]:
+    """What stood before the pool's drift: for each current profile an active tenant alert
+    of the pool watches (by its id), an unsaved profile with the alerts' baseline figures.
 
-    A token-share alert compares whole profiles (the share moves with the rate); the others
-    take the current profile with only the watched figure set back to the baseline's.
+    Start from the current profile (or, with a token-share alert, that alert's baseline
+    profile), then set each watched figure back to its alert's baseline. Alerts whose profiles
+    are gone (deleted since) contribute nothing.
     """
-    field = _WATCHED_FIELDS.get(DriftAlert.Kind(kind))
-    if field is None:
-        return baseline
-    standin = copy.copy(current)
-    setattr(standin, field, getattr(baseline, field))
-    return standin
+    by_profile: dict[int, list[DriftAlert]] = defaultdict(list)
+    for tenant_alert in alert.tenant_alerts.filter(status__in=DriftAlert.ACTIVE).select_related(
+        "baseline_profile", "current_profile"
+    ):
+        if tenant_alert.baseline_profile is None or tenant_alert.current_profile is None:
+            continue
+        by_profile[tenant_alert.current_profile.pk].append(tenant_alert)
+    out: dict[int, WorkloadProfile] = {}
+    for profile_id, group in by_profile.items():
+        current = group[0].current_profile
+        assert current is not None
+        share = [a for a in group if a.kind == DriftAlert.Kind.TOKEN_SHARE]
+        base = share[0].baseline_profile if share else current
+        assert base is not None
+        standin = copy.copy(base)
+        for tenant_alert in group:
+            name = _WATCHED_FIELDS.get(DriftAlert.Kind(tenant_alert.kind))
+            if name is not None:
+                setattr(standin, name, getattr(tenant_alert.baseline_profile, name))
+        out[profile_id] = standin
+    return out
 
 
-def _fill_alert(
-    alert: DriftAlert,
-    kind: str,
-    old: float,
-    new: float,
-    baseline: WorkloadProfile | None,
-    current: WorkloadProfile,
-    region: Region,
-) -> None:
-    """Set an alert's values, profiles, replica impact and message."""
-    alert.baseline_value = old
-    alert.current_value = new
-    alert.baseline_profile = baseline
-    alert.current_profile = current
-    before = after = None
-    if baseline is not None:
-        after = pool_sizing(model=current.model, region=region)
-        before = pool_sizing(
-            model=current.model,
-            region=region,
-            replace={current.tenant_id: _impact_baseline(kind, baseline, current)},
+@dataclass(frozen=True)
+class TenantShare:
+    """One drifting tenant's load on the plan (replica-seconds per second) before and after,
+    and its share of the pool's change (None when the loads did not change in sum)."""
+
+    tenant: str
+    load_before: float
+    load_after: float
+    share: float | None
+
+
+@dataclass(frozen=True)
+class PoolImpact:
+    """A pool's drift priced by re-solving the placement before and after it.
+
+    ``pools`` holds every region and shape either plan has; ``replicas_*`` count the pool's
+    own replicas (its model in its region); GPUs and $/h are the whole plan's, with the drift
+    of all ``drift_pools`` active pools reverted for "before". ``solver`` gives the two
+    solves' statuses (before, after).
+    """
+
+    inputs_hash: str
+    pools: tuple[PoolChange, ...]
+    replicas_before: int
+    replicas_after: int
+    gpus_before: int
+    gpus_after: int
+    cost_per_hour_before: float
+    cost_per_hour_after: float
+    unserved_before: float
+    unserved_after: float
+    tenants: tuple[TenantShare, ...]
+    drift_pools: int = 1
+    solver: tuple[str, str] = ("optimal", "optimal")
+
+
+def pool_drift_priced(*, alert: PoolDriftAlert, impact: PoolImpact, now: datetime) -> None:
+    """Record a pool drift's price on it and on its active tenant alerts (share, the pool's
+    replicas, shape and target, messages)."""
+    with transaction.atomic():
+        alert.pricing = PoolDriftAlert.Pricing.PRICED
+        alert.pricing_error = ""
+        alert.priced_at = now
+        alert.inputs_hash = impact.inputs_hash
+        alert.replicas_before = impact.replicas_before
+        alert.replicas_after = impact.replicas_after
+        alert.gpus_before = impact.gpus_before
+        alert.gpus_after = impact.gpus_after
+        alert.cost_per_hour_before = round(impact.cost_per_hour_before, 6)
+        alert.cost_per_hour_after = round(impact.cost_per_hour_after, 6)
+        alert.unserved_before = round(impact.unserved_before, 6)
+        alert.unserved_after = round(impact.unserved_after, 6)
+        alert.drift_pools = impact.drift_pools
+        model, region = alert.model.name, alert.region.name
+        alert.pools = [
+            {
+                "region": row.region,
+                "shape": row.shape,
+                "model": row.model,
+                "replicas_before": row.replicas_before,
+                "replicas_after": row.replicas_after,
+                "gpus_before": row.gpus_before,
+                "gpus_after": row.gpus_after,
+                "cost_per_hour_before": round(row.cost_per_hour_before, 6),
+                "cost_per_hour_after": round(row.cost_per_hour_after, 6),
+            }
+            for row in impact.pools
+            if row.model == model or row.replica_delta != 0
+        ]
+        tenant_alerts = list(
+            alert.tenant_alerts.filter(status__in=DriftAlert.ACTIVE).select_related("tenant")
         )
-    # Without a baseline version (deleted since) the impact measured earlier still stands.
-    if before is not None and after is not None:
-        alert.shape_id = after.shape_id
-        alert.target_utilization = after.target_utilization
-        alert.replicas_before = before.replicas
-        alert.replicas_after = after.replicas
-    alert.message = drift_message(
-        kind=kind,
-        old=old,
-        new=new,
-        tenant=current.tenant.name,
-        model=current.model.name,
-        region=region.name,
-        before=before,
-        after=after,
+        ids: dict[str, list[int]] = defaultdict(list)
+        kinds: dict[str, list[str]] = defaultdict(list)
+        for tenant_alert in tenant_alerts:
+            ids[tenant_alert.tenant.name].append(tenant_alert.pk)
+            kinds[tenant_alert.tenant.name].append(tenant_alert.kind)
+        alert.tenants = [
+            {
+                "tenant": share.tenant,
+                "alerts": sorted(ids.get(share.tenant, [])),
+                "kinds": sorted(set(kinds.get(share.tenant, []))),
+                "load_before": round(share.load_before, 6),
+                "load_after": round(share.load_after, 6),
+                "share": None if share.share is None else round(share.share, 6),
+            }
+            for share in impact.tenants
+        ]
+        alert.message = pool_drift_message(alert=alert)
+        alert.save()
+        shape, target = _pool_shape(alert, region)
+        shares = {share.tenant: share.share for share in impact.tenants}
+        for tenant_alert in tenant_alerts:
+            tenant_alert.pool_alert = alert
+            tenant_alert.pool_share = shares.get(tenant_alert.tenant.name)
+            tenant_alert.replicas_before = impact.replicas_before
+            tenant_alert.replicas_after = impact.replicas_after
+            tenant_alert.shape = shape
+            tenant_alert.target_utilization = target
+            tenant_alert.message = drift_message(alert=tenant_alert)
+            tenant_alert.save()
+    logger.warning("pool drift alert %s: %s", alert.pk, alert.message)
+
+
+def pool_drift_price_stands(*, alert: PoolDriftAlert, now: datetime) -> None:
+    """Record that a pool drift's last price still holds: its inputs have not changed."""
+    with transaction.atomic():
+        alert.pricing = PoolDriftAlert.Pricing.PRICED
+        alert.pricing_error = ""
+        alert.priced_at = now
+        alert.message = pool_drift_message(alert=alert)
+        alert.save()
+        for tenant_alert in alert.tenant_alerts.filter(status__in=DriftAlert.ACTIVE):
+            tenant_alert.message = drift_message(alert=tenant_alert)
+            tenant_alert.save()
+
+
+def pool_drift_unpriced(*, alert: PoolDriftAlert, reason: str, now: datetime) -> None:
+    """Record that a pool drift could not be priced, and why; its tenant alerts say so."""
+    with transaction.atomic():
+        alert.pricing = PoolDriftAlert.Pricing.FAILED
+        alert.pricing_error = reason
+        alert.priced_at = now
+        alert.message = pool_drift_message(alert=alert)
+        alert.save()
+        for tenant_alert in alert.tenant_alerts.filter(status__in=DriftAlert.ACTIVE):
+            tenant_alert.pool_share = None
+            tenant_alert.message = drift_message(alert=tenant_alert)
+            tenant_alert.save()
+    logger.warning("pool drift alert %s: %s", alert.pk, alert.message)
+
+
+def _pool_shape(alert: PoolDriftAlert, region: str) -> tuple[ReplicaShape | None, float | None]:
+    """The one shape the pool's replicas are planned on (and its target), if it is one."""
+    names = {
+        row["shape"]
+        for row in alert.pools
+        if row["region"] == region
+        and row["model"] == alert.model.name
+        and (row["replicas_before"] or row["replicas_after"])
+    }
+    if len(names) != 1:
+        return None, None
+    shape = ReplicaShape.objects.filter(name=names.pop()).first()
+    if shape is None:
+        return None, None
+    return shape, planning_target_utilization(shape=shape)
+
+
+# -- messages -------------------------------------------------------------------------------------
+
+
+# Unserved requests/s below this are the solver's rounding, not a shortage worth a word.
+_UNSERVED_SHOWN = 1e-6
+
+
+def _money(value: float) -> str:
+    return f"${value:,.2f}/h"
+
+
+def _pool_summary(alert: PoolDriftAlert) -> str:
+    """ "+3 replicas in eu-west (12 → 15 × chat-70b/gpu80x2); the re-plan goes from 24 GPUs at
+    $108.24/h to 30 GPUs at $135.30/h (+$27.06/h)"."""
+    region, model = alert.region.name, alert.model.name
+    before, after = alert.replicas_before or 0, alert.replicas_after or 0
+    rows = [r for r in alert.pools if r["region"] == region and r["model"] == model]
+    if len(rows) > 1:
+        # Replicas of different shapes do not add up to a count worth comparing: GPUs do.
+        gpus = [sum(r[f"gpus_{side}"] for r in rows) for side in ("before", "after")]
+        parts = ", ".join(
+            f"{r['shape']} {r['replicas_before']} → {r['replicas_after']}" for r in rows
+        )
+        text = f"{gpus[1] - gpus[0]:+d} GPUs in {region} ({gpus[0]} → {gpus[1]}: {parts} replicas)"
+    else:
+        shape = f" × {rows[0]['shape']}" if rows else ""
+        text = f"{after - before:+d} replicas in {region} ({before} → {after}{shape})"
+    elsewhere = [
+        f"{r['region']} {r['shape']} {r['replicas_after'] - r['replicas_before']:+d}"
+        for r in alert.pools
+        if r["region"] != region and r["replicas_after"] != r["replicas_before"]
+    ]
+    if elsewhere:
+        text += "; elsewhere " + ", ".join(elsewhere)
+    cost_before = alert.cost_per_hour_before or 0.0
+    cost_after = alert.cost_per_hour_after or 0.0
+    delta = cost_after - cost_before
+    sign = "+" if delta >= 0 else "-"
+    together = f" (with the drift of {alert.drift_pools} pools)" if alert.drift_pools > 1 else ""
+    text += (
+        f"; the re-plan{together} goes from {alert.gpus_before} GPUs at {_money(cost_before)} to "
+        f"{alert.gpus_after} GPUs at {_money(cost_after)} ({sign}{_money(abs(delta))})"
     )
+    unserved = (alert.unserved_before or 0.0, alert.unserved_after or 0.0)
+    if max(unserved) > _UNSERVED_SHOWN:
+        text += f", leaving {unserved[0]:,.2f} → {unserved[1]:,.2f} req/s unserved"
+    return text
 
 
-def drift_message(
-    *,
-    kind: str,
-    old: float,
-    new: float,
-    tenant: str,
-    model: str,
-    region: str,
-    before: PoolSizing | None,
-    after: PoolSizing | None,
-) -> str:
-    """One line for an operator, e.g. "mean prompt length 1,500 → 2,700 tokens (+80%) …"."""
+def _percent(share: float | None) -> str:
+    return "n/a" if share is None else f"{share:.0%}"
+
+
+def pool_drift_message(*, alert: PoolDriftAlert, tenants: int | None = None) -> str:
+    """One line for an operator: the pool, its drifting tenants and what the drift costs."""
+    head = f"drift of {alert.model.name} in {alert.region.name}"
+    if alert.status == DriftAlert.Status.RESOLVED:
+        return f"{head}: resolved (every tenant back within its thresholds)"
+    if alert.pricing == PoolDriftAlert.Pricing.PRICED:
+        shares = ", ".join(f"{t['tenant']} {_percent(t['share'])}" for t in alert.tenants)
+        return f"{head} ({len(alert.tenants)} tenants: {shares}): {_pool_summary(alert)}"
+    count = tenants if tenants is not None else len(alert.tenants)
+    who = f" ({count} tenants)" if count else ""
+    if alert.pricing == PoolDriftAlert.Pricing.FAILED:
+        return f"{head}{who}: replica impact unknown ({alert.pricing_error})"
+    return f"{head}{who}: being priced by re-solving the placement before and after"
+
+
+def drift_message(*, alert: DriftAlert) -> str:
+    """One line for an operator, e.g. "mean prompt length 1,500 → 2,700 tokens (+80%) for
+    northwind on chat-70b in eu-west: 20% of the pool's drift (#4): +3 replicas …"."""
+    kind, old, new = alert.kind, alert.baseline_value, alert.current_value
     label = DriftAlert.Kind(kind).label
     if _relative(kind):
         change = (new - old) / old * 100 if old else math.inf
         what = f"{label} {old:,.0f} → {new:,.0f} tokens ({change:+.0f}%)"
     else:
         what = f"{label} {old:.0%} → {new:.0%} ({(new - old) * 100:+.0f} points)"
-    text = f"{what} for {tenant} on {model} in {region}"
-    if before is None or after is None:
-        return (
-            text + ": replica impact unknown (no shape of the model has a whole-mix capacity "
-            "figure, or the baseline version is gone)"
-        )
-    delta = after.replicas - before.replicas
+    text = f"{what} for {alert.tenant.name} on {alert.model.name} in {alert.region.name}"
+    if alert.status == DriftAlert.Status.RESOLVED:
+        return f"{text}: resolved"
+    pool = alert.pool_alert
+    if pool is None or pool.pricing == PoolDriftAlert.Pricing.PENDING:
+        return f"{text}: priced with the pool's drift"
+    if pool.pricing == PoolDriftAlert.Pricing.FAILED:
+        return f"{text}: replica impact unknown ({pool.pricing_error})"
     return (
-        f"{text}: {delta:+d} replicas in {region} at the "
-        f"{after.target_utilization:.0%} target ({before.replicas} → {after.replicas} × "
-        f"{after.shape_name})"
+        f"{text}: {_percent(alert.pool_share)} of the pool's drift (#{pool.pk}): "
+        f"{_pool_summary(pool)}"
     )
 
 

@@ -23,6 +23,8 @@ from controlplane.fleet.models import (
     LlmModel,
     Region,
     ReplicaShape,
+    Zone,
+    ZoneInventory,
 )
 from controlplane.policies.models import Tenant, Tier
 from controlplane.telemetry import metrics, storage
@@ -178,6 +180,20 @@ def make_fleet(*tenants: tuple[str, str]) -> Fleet:
         for name, home in tenants
     }
     return Fleet(eu, us, model, shape, tier, made)
+
+
+def make_plannable(fleet: Fleet, *, gpus_per_zone: int = 64) -> Fleet:
+    """Give the fleet what a placement needs to price a drift: three zones in each region
+    with ``gpus_per_zone`` GPUs each, and the seeds' 2-GPU replica as the only shape with a
+    capacity figure (so sizing reads as the seeds' worked numbers)."""
+    for region in (fleet.eu, fleet.us):
+        for letter in "abc":
+            zone = Zone.objects.create(name=f"{region.name}-{letter}", region=region)
+            ZoneInventory.objects.create(
+                zone=zone, accelerator=fleet.shape.accelerator, gpus_available=gpus_per_zone
+            )
+    CapacityFigure.objects.exclude(shape=fleet.shape).delete()
+    return fleet
 
 
 @dataclass(frozen=True)
