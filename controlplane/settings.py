@@ -182,6 +182,21 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Every task stops within a time limit: the soft limit raises inside the task (a re-plan or a
+# benchmark run then ends FAILED with the reason), the hard limit ends the worker process.
+CELERY_TASK_TIME_LIMIT = envint("HEADROOM_TASK_TIME_LIMIT_S", 7200, minimum=120)
+CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 60
+# Late acknowledgement on Redis: a task not acknowledged within the visibility timeout is
+# handed to another worker. It must outlast the longest run (the hard limit) plus the longest
+# retry countdown (pulls back off up to 15 minutes), or a slow task would run twice.
+HEADROOM_MAX_RETRY_COUNTDOWN_S = 900
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": envint(
+        "HEADROOM_BROKER_VISIBILITY_TIMEOUT_S",
+        2 * (CELERY_TASK_TIME_LIMIT + HEADROOM_MAX_RETRY_COUNTDOWN_S),
+        minimum=CELERY_TASK_TIME_LIMIT + HEADROOM_MAX_RETRY_COUNTDOWN_S + 1,
+    )
+}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 
 LOGGING = {

@@ -47,6 +47,7 @@ class ListActionsOnlyAdminMixin:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A mixin: the admin class it is mixed into has the method, which mypy cannot see here.
         allowed: bool = super().has_change_permission(request)  # type: ignore[misc]
         return obj is None and allowed
 

@@ -246,4 +246,6 @@ def setting_parsed(name: str, parse: Callable[[str], T], default: T) -> T:
         return default
     if isinstance(raw, str):
         return parse(raw)
-    return raw  # type: ignore[no-any-return]
+    # Taken as the structure ``parse`` would have built.
+    structured: T = raw
+    return structured

@@ -25,6 +25,12 @@ class AllocationSinkForm(forms.ModelForm[AllocationSink]):
         assume_scheme="https",
         help_text="Webhook: where allocations are POSTed.",
     )
+    prometheus_url = forms.URLField(
+        required=False,
+        max_length=300,
+        assume_scheme="https",
+        help_text="Kubernetes with KEDA: the Prometheus the ScaledObjects query.",
+    )
     secret = forms.CharField(
         required=False,
         strip=False,

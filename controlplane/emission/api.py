@@ -7,9 +7,8 @@ the last characters), never the value; an update without ``secret`` keeps the cu
 
 from __future__ import annotations
 
-from typing import Any
-
 import django_filters
+from django.db.models import QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -23,6 +22,7 @@ from controlplane.api.serializers import RecordSerializer
 from controlplane.api.viewsets import RecordViewSet
 from controlplane.core.api import ReadOnlyViewSet, StableOrderingFilter
 from controlplane.core.filters import StrictFilterSet
+from controlplane.core.roles import POLICY_ADMIN, user_roles
 from controlplane.emission import services
 from controlplane.emission.models import AllocationSink, DeliveryAttempt, OutboxEntry
 
@@ -38,7 +38,10 @@ class AllocationSinkSerializer(RecordSerializer):
         help_text="Webhook HMAC key. Write-only; omit it on update to keep the current one.",
     )
     secret_set = serializers.SerializerMethodField()
-    secret_hint = serializers.CharField(read_only=True)
+    secret_hint = serializers.SerializerMethodField(
+        help_text="A mask ending in the secret's last characters, for policy admins; empty for "
+        "other roles and when no secret is set."
+    )
 
     class Meta:
         model = AllocationSink
@@ -70,6 +73,14 @@ class AllocationSinkSerializer(RecordSerializer):
 
     def get_secret_set(self, sink: AllocationSink) -> bool:
         return bool(sink.secret)
+
+    def get_secret_hint(self, sink: AllocationSink) -> str:
+        # Even a few characters of a key help whoever guesses it; only those who may write
+        # the secret see which one is set.
+        request = self.context.get("request")
+        if request is None or POLICY_ADMIN not in user_roles(request.user):
+            return ""
+        return sink.secret_hint
 
     def validate_secret(self, value: str) -> str:
         if "\x00" in value:
@@ -158,8 +169,8 @@ class OutboxEntryViewSet(ReadOnlyViewSet):
     search_fields = ("idempotency_key", "region")
     ordering_fields = ("id", "created_at", "next_attempt_at", "status", "attempts")
 
-    def get_queryset(self) -> Any:
-        queryset = super().get_queryset()
+    def get_queryset(self) -> QuerySet[OutboxEntry]:
+        queryset: QuerySet[OutboxEntry] = super().get_queryset()
         if self.action == "retrieve":
             queryset = queryset.prefetch_related("attempt_log")
         return queryset

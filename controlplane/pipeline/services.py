@@ -58,11 +58,15 @@ from controlplane.telemetry.models import (
 from controlplane.telemetry.prometheus import PrometheusClient, PrometheusError
 from controlplane.telemetry.pull import prometheus_client, telemetry_pull
 from planner.forecast import MIN_HISTORY_HOURS
-from workers.fleetsim.exposition import LabelNames
-from workers.fleetsim.fleet import FleetSimulator
-from workers.fleetsim.history import FRIDAY_REVIEW_EXTRA_TOKENS, FleetHistory, TrafficPattern
-from workers.fleetsim.scenario import ScenarioFleetError, fleet_from_scenario
-from workers.fleetsim.server import make_server, serving
+from workers.simulators.fleet.exposition import LabelNames
+from workers.simulators.fleet.fleet import FleetSimulator
+from workers.simulators.fleet.history import (
+    FRIDAY_REVIEW_EXTRA_TOKENS,
+    FleetHistory,
+    TrafficPattern,
+)
+from workers.simulators.fleet.scenario import ScenarioFleetError, fleet_from_scenario
+from workers.simulators.fleet.server import make_server, serving
 
 logger = logging.getLogger(__name__)
 

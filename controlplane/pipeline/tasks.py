@@ -21,6 +21,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.utils.dateparse import parse_datetime
 
 from controlplane.celery import app
@@ -47,7 +48,7 @@ def _moment(value: str | None, name: str) -> datetime | None:
     name=PULL_TASK,
     autoretry_for=(PrometheusUnavailable, PrometheusBadResponse),
     retry_backoff=30,
-    retry_backoff_max=900,
+    retry_backoff_max=settings.HEADROOM_MAX_RETRY_COUNTDOWN_S,
     retry_jitter=True,
     max_retries=PULL_MAX_RETRIES,
 )

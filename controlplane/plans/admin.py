@@ -27,7 +27,7 @@ def _is_policy_admin(request: HttpRequest) -> bool:
     return POLICY_ADMIN in user_roles(request.user)
 
 
-class PlanAllocationInline(ReadOnlyAdminMixin, admin.TabularInline):  # type: ignore[type-arg]
+class PlanAllocationInline(ReadOnlyAdminMixin, admin.TabularInline[PlanAllocation, Plan]):
     model = PlanAllocation
     fields: ClassVar[tuple[str, ...]] = (
         "region",

@@ -93,6 +93,16 @@ class Tenant(Revisioned):
     class Meta:
         ordering = ["name"]
 
+    @property
+    def etag(self) -> str:
+        """The tenant as the API shows it, its quota included: a quota change is a new tag.
+
+        (Without the quota's revision, a client holding a stale quota would get 304.)
+        """
+        quota = getattr(self, "quota", None)  # a missing quota raises an AttributeError
+        quota_revision = quota.revision if quota is not None else 0
+        return f'"tenant-{self.pk}-{self.revision}-q{quota_revision}"'
+
     def __str__(self) -> str:
         return self.name
 

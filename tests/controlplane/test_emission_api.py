@@ -112,6 +112,14 @@ class TestSinkEndpoint(EndpointContract):
         assert (fetched["secret_set"], fetched["secret_hint"]) == (True, "••••••••" + SECRET[-4:])
         assert AllocationSink.objects.get(pk=fetched["id"]).secret == SECRET
 
+    def test_only_policy_admins_see_the_secrets_last_characters(self, api_client_for: Any) -> None:
+        record = self.make()
+        for role in ("viewer", "finance"):
+            fetched = api_client_for(role).get(self.detail_url(record)).json()
+            assert (fetched["secret_set"], fetched["secret_hint"]) == (True, ""), role
+            listed = api_client_for(role).get(self.list_url()).json()["results"]
+            assert {row["secret_hint"] for row in listed} == {""}, role
+
     def test_put_replaces_and_patch_changes_only_named_fields(self, api_client_for: Any) -> None:
         client = self.admin(api_client_for)
         record = self.make()

@@ -162,6 +162,12 @@ class TestSums(FinanceTest):
             rows = client.get("/api/finance/forecast/", {"group_by": group_by}).json()["rows"]
             current = [r for r in rows if r["period"] == total[0]["period"]]
             assert sum(r["cost"] for r in current) == pytest.approx(total[0]["cost"], abs=0.05)
+        # The current week and day are the plan too, hour for hour.
+        for period, span_hours in (("week", 168), ("day", 24)):
+            rows = client.get("/api/finance/forecast/", {"period": period, "horizon": 2})
+            current = rows.json()["rows"][0]
+            assert current["sized_by"] == "plan"
+            assert current["cost"] == pytest.approx(54.0 * span_hours, abs=0.01)
         # Declared demand is flat: later months are the plan at their own hours.
         for row in total[1:]:
             span = (

@@ -86,7 +86,7 @@ def start_fleetsim(
 ) -> subprocess.Popen[bytes]:
     """The fleet simulator serving ``/metrics`` for ``scenario`` on ``port``."""
     return subprocess.Popen(
-        [sys.executable, "-m", "workers.fleetsim", "--port", str(port), "--seed", str(seed),
+        [sys.executable, "-m", "workers.simulators.fleet", "--port", str(port), "--seed", str(seed),
          "--scenario", str(scenario), "--rate-scale", str(rate_scale)],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip

@@ -35,11 +35,11 @@ from controlplane.telemetry.metrics import (
 from controlplane.telemetry.models import TelemetrySeries
 from controlplane.telemetry.prometheus import PrometheusClient, PrometheusQueryError
 from controlplane.telemetry.pull import telemetry_pull
-from workers.fleetsim import FleetSimulator, fleet_from_scenario, scaled_fleet
-from workers.fleetsim.__main__ import main
-from workers.fleetsim.history import FleetHistory, TrafficPattern
-from workers.fleetsim.query_api import QueryApi
-from workers.fleetsim.server import make_server, serving
+from workers.simulators.fleet import FleetSimulator, fleet_from_scenario, scaled_fleet
+from workers.simulators.fleet.__main__ import main
+from workers.simulators.fleet.history import FleetHistory, TrafficPattern
+from workers.simulators.fleet.query_api import QueryApi
+from workers.simulators.fleet.server import make_server, serving
 
 SCENARIO = Path(__file__).resolve().parents[2] / "docs" / "scenarios" / "support-assistant.yaml"
 BUCKET_S = 300

@@ -38,7 +38,7 @@ from tests.workers.live_services import (
     wait_for_scrapes,
     wait_for_url,
 )
-from workers.fleetsim import fleet_from_scenario
+from workers.simulators.fleet import fleet_from_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = REPO / "docs" / "scenarios" / "support-assistant.yaml"

@@ -1,4 +1,4 @@
-"""``python -m workers.fleetsim``: serve a simulated vLLM fleet's /metrics and, over its
+"""``python -m workers.simulators.fleet``: serve a simulated vLLM fleet's /metrics and, over its
 simulated history, Prometheus' range-query API."""
 
 from __future__ import annotations
@@ -9,11 +9,15 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from workers.fleetsim.exposition import LabelNames
-from workers.fleetsim.fleet import FleetSimulator, scaled_fleet, support_assistant_fleet
-from workers.fleetsim.history import FRIDAY_REVIEW_EXTRA_TOKENS, FleetHistory, TrafficPattern
-from workers.fleetsim.scenario import ScenarioFleetError, fleet_from_scenario
-from workers.fleetsim.server import make_server
+from workers.simulators.fleet.exposition import LabelNames
+from workers.simulators.fleet.fleet import FleetSimulator, scaled_fleet, support_assistant_fleet
+from workers.simulators.fleet.history import (
+    FRIDAY_REVIEW_EXTRA_TOKENS,
+    FleetHistory,
+    TrafficPattern,
+)
+from workers.simulators.fleet.scenario import ScenarioFleetError, fleet_from_scenario
+from workers.simulators.fleet.server import make_server
 
 
 def moment(text: str) -> float:
@@ -38,7 +42,7 @@ def moment(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workers.fleetsim", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m workers.simulators.fleet", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9400)
     parser.add_argument("--seed", type=int, default=0)

@@ -38,7 +38,7 @@ from statistics import NormalDist
 import numpy as np
 import numpy.typing as npt
 
-from workers.fleetsim.fleet import (
+from workers.simulators.fleet.fleet import (
     E2E_BUCKETS,
     TOKEN_BUCKETS,
     TTFT_BUCKETS,

@@ -1,12 +1,12 @@
 """A simulated vLLM fleet that serves Prometheus ``/metrics`` in vLLM's format.
 
 It stands in for a real fleet so that a real Prometheus can scrape it and the telemetry
-pipeline can be tested end to end: ``python -m workers.fleetsim --port 9400``. With simulated
+pipeline can be tested end to end: ``python -m workers.simulators.fleet --port 9400``. With simulated
 history (``history``) it also answers Prometheus' range-query API (``query_api``), standing in
 for Prometheus itself.
 """
 
-from workers.fleetsim.fleet import (
+from workers.simulators.fleet.fleet import (
     ClassSpec,
     FleetSimulator,
     FleetSpec,
@@ -15,8 +15,8 @@ from workers.fleetsim.fleet import (
     scaled_fleet,
     support_assistant_fleet,
 )
-from workers.fleetsim.history import FleetHistory, TrafficPattern
-from workers.fleetsim.scenario import ScenarioFleetError, fleet_from_scenario
+from workers.simulators.fleet.history import FleetHistory, TrafficPattern
+from workers.simulators.fleet.scenario import ScenarioFleetError, fleet_from_scenario
 
 __all__ = [
     "ClassSpec",

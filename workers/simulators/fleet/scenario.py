@@ -29,7 +29,7 @@ from planner.capacity import memory
 from planner.capacity.sizing import replicas_needed
 from planner.capacity.workload import request_cost
 from planner.placement.problem import DEFAULT_TARGET_UTILIZATION
-from workers.fleetsim.fleet import ClassSpec, FleetSpec, PoolSpec, StreamSpec
+from workers.simulators.fleet.fleet import ClassSpec, FleetSpec, PoolSpec, StreamSpec
 
 _GB = memory.GB
 

@@ -23,7 +23,7 @@ In-process use (tests)::
 
 From the command line (demos)::
 
-    HEADROOM_WEBHOOK_SECRET=... python -m workers.webhook_receiver --port 8089 --fail-next 3
+    HEADROOM_WEBHOOK_SECRET=... python -m workers.simulators.webhook_receiver --port 8089 --fail-next 3
 
 It then also answers ``GET /deliveries`` (every applied delivery), ``GET /regions`` (the
 latest document per region) and ``POST /fail-next?count=N&status=503&after_apply=0``.

@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from workers.fleetsim.exposition import LabelNames, render
-from workers.fleetsim.fleet import FleetSimulator
-from workers.fleetsim.history import FleetHistory
-from workers.fleetsim.query_api import QueryApi
+from workers.simulators.fleet.exposition import LabelNames, render
+from workers.simulators.fleet.fleet import FleetSimulator
+from workers.simulators.fleet.history import FleetHistory
+from workers.simulators.fleet.query_api import QueryApi
 
 
 def make_server(

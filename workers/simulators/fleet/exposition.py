@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workers.fleetsim.fleet import FleetSimulator, Histogram, SeriesState
+from workers.simulators.fleet.fleet import FleetSimulator, Histogram, SeriesState
 
 
 @dataclass(frozen=True)

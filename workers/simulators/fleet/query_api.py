@@ -31,8 +31,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from workers.fleetsim.exposition import COUNTERS, GAUGES, HISTOGRAMS, LabelNames
-from workers.fleetsim.history import HISTOGRAM_BOUNDS, FleetHistory, FloatArray
+from workers.simulators.fleet.exposition import COUNTERS, GAUGES, HISTOGRAMS, LabelNames
+from workers.simulators.fleet.history import HISTOGRAM_BOUNDS, FleetHistory, FloatArray
 
 # Prometheus refuses a range query of more than 11,000 points per series.
 MAX_POINTS = 11_000
