@@ -547,8 +547,10 @@ def drift_message(*, alert: DriftAlert) -> str:
     if alert.status == DriftAlert.Status.RESOLVED:
         return f"{text}: resolved"
     pool = alert.pool_alert
-    if pool is None or pool.pricing == PoolDriftAlert.Pricing.PENDING:
-        return f"{text}: priced with the pool's drift"
+    if pool is None:
+        return f"{text}: to be priced with its pool's drift"
+    if pool.pricing == PoolDriftAlert.Pricing.PENDING:
+        return f"{text}: part of the pool's drift (#{pool.pk}), being priced"
     if pool.pricing == PoolDriftAlert.Pricing.FAILED:
         return f"{text}: replica impact unknown ({pool.pricing_error})"
     return (
