@@ -71,4 +71,6 @@ class OpenCostResponseSerializer(serializers.Serializer[Any]):
 
     code = serializers.IntegerField()
     status = serializers.CharField()
-    data = serializers.ListField(child=serializers.DictField())
+    # DRF's serializer metaclass takes declared fields off the class, so this field named as
+    # OpenCost names it does not replace ``Serializer.data``; the stubs cannot see that.
+    data = serializers.ListField(child=serializers.DictField())  # type: ignore[assignment]

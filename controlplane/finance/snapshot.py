@@ -31,7 +31,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -72,6 +72,19 @@ def horizon_for(now: datetime) -> tuple[datetime, int]:
     year, index = month.year, month.month - 1 + HORIZON_MONTHS + 1
     end = month.replace(year=year + index // 12, month=index % 12 + 1)
     return start, int((end - start).total_seconds() // 3600)
+
+
+class PoolRow(TypedDict):
+    """One zone × shape row of a snapshot's pools, as stored (``FinanceSnapshot.pools``)."""
+
+    zone: str
+    region: str
+    shape: str
+    accelerator: str
+    model: str
+    gpus_per_replica: int
+    replicas: int
+    price_per_replica_hour: float
 
 
 @dataclass(frozen=True)
@@ -272,8 +285,8 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
     # Pools: the plan's zone × shape rows, each scaled by its region's shape ratio.
     allocations = list(plan.allocations.all())
     by_region_shape: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for i, row in enumerate(allocations):
-        by_region_shape[(row.region, row.shape)].append(i)
+    for i, allocation in enumerate(allocations):
+        by_region_shape[(allocation.region, allocation.shape)].append(i)
     ratio_by_key: dict[tuple[str, str], tuple[FloatArray, FloatArray, FloatArray]] = {}
     for region_shape in by_region_shape:
         members = [
@@ -300,7 +313,7 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
                 replicas[edge][i] = scaled[allocations[i].zone]
     multiplier = {r.name: r.price_multiplier for r in problem.regions}
     on_demand = {a.name: a.price_per_gpu_hour for a in problem.accelerators}
-    pools = [
+    pools: list[PoolRow] = [
         {
             "zone": row.zone,
             "region": row.region,
