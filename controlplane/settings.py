@@ -26,7 +26,8 @@ ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "te
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # The admin on Headroom's site (policy work first on its index).
+    "controlplane.web.admin_site.HeadroomAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -46,10 +47,12 @@ INSTALLED_APPS = [
     "controlplane.telemetry",
     "controlplane.benchmarks",
     "controlplane.emission",
+    "controlplane.web",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -100,6 +103,15 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(envstr("STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+# WhiteNoise serves /static/ in every mode; with the finders it needs no collectstatic step, so
+# a process started as gunicorn alone serves the admin's and the pages' assets.
+WHITENOISE_USE_FINDERS = True
+
+# Sign-in: the operators' login page, and the fleet overview after it (also for the API's
+# session login at /api/auth/login/ when no ?next= is given).
+LOGIN_URL = "web:login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "web:login"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -1,13 +1,24 @@
-"""URL map: admin UI, REST API under /api/, OpenAPI schema and docs."""
+"""URL map: the operators' pages at /, admin UI, REST API under /api/, OpenAPI schema and docs."""
 
 from django.contrib import admin
+from django.contrib.staticfiles.storage import staticfiles_storage
 from django.urls import include, path
+from django.views.generic import RedirectView
+
+from controlplane.api.roots import benchmarks_root, telemetry_root
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/telemetry/", telemetry_root, name="telemetry-root"),
     path("api/telemetry/", include("controlplane.telemetry.urls")),
     path("api/emission/", include("controlplane.emission.urls")),
     path("api/plans/", include("controlplane.plans.urls")),
+    path("api/benchmarks/", benchmarks_root, name="benchmarks-root"),
     path("api/benchmarks/", include("controlplane.benchmarks.urls")),
     path("api/", include("controlplane.api.urls")),
+    path(
+        "favicon.ico",
+        RedirectView.as_view(url=staticfiles_storage.url("web/favicon.svg"), permanent=True),
+    ),
+    path("", include("controlplane.web.urls")),
 ]

@@ -1,0 +1,67 @@
+"""Number formats for the pages: rounded for reading, units stated by the template."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django import template
+
+register = template.Library()
+
+
+def _float(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+@register.filter
+def num(value: Any, digits: int = 2) -> str:
+    """A number with thousands separators and at most ``digits`` decimals, trailing zeros
+    dropped (57.400000000000006 → 57.4)."""
+    number = _float(value)
+    if number is None:
+        return "—" if value is None else str(value)
+    text = f"{number:,.{int(digits)}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+@register.filter
+def money(value: Any) -> str:
+    """Dollars with cents: 1,234.50."""
+    number = _float(value)
+    return "—" if number is None else f"{number:,.2f}"
+
+
+@register.filter
+def signed_money(value: Any) -> str:
+    number = _float(value)
+    if number is None:
+        return "—"
+    if abs(number) < 0.005:
+        return "±0.00"
+    return f"{number:+,.2f}"
+
+
+@register.filter
+def signed(value: Any) -> str:
+    number = _float(value)
+    if number is None:
+        return "—"
+    return "±0" if number == 0 else f"{number:+,.0f}"
+
+
+@register.filter
+def pct(value: Any, digits: int = 0) -> str:
+    number = _float(value)
+    return "—" if number is None else f"{number * 100:.{int(digits)}f} %"
+
+
+@register.filter
+def promise_label(value: str) -> str:
+    return {"none": "none", "n+1": "N+1", "zone": "survive a zone"}.get(value, value)
