@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 from simple_history.admin import SimpleHistoryAdmin
 
+from controlplane.fleet.admin_forms import HumanFieldsMixin
 from controlplane.fleet.models import (
     AcceleratorType,
     CapacityFigure,
@@ -31,10 +32,6 @@ from controlplane.fleet.models import (
     ZoneInventory,
 )
 from planner.capacity.memory import MIB
-
-admin.site.site_header = "Headroom administration"
-admin.site.site_title = "Headroom admin"
-admin.site.index_title = "Fleet and policy"
 
 
 def _llm_model_complete(model: LlmModel | None) -> bool:
@@ -61,7 +58,7 @@ def _shape_complete(shape: ReplicaShape) -> bool:
 
 
 @admin.register(Geography)
-class GeographyAdmin(SimpleHistoryAdmin):
+class GeographyAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = ["name", "description", "region_count"]
     # Explicit: an annotated (GROUP BY) queryset drops Meta.ordering, and autocomplete pages.
     ordering = ["name"]
@@ -75,7 +72,7 @@ class GeographyAdmin(SimpleHistoryAdmin):
         return int(getattr(obj, "_region_count", 0))
 
 
-class ZoneInline(admin.TabularInline):
+class ZoneInline(HumanFieldsMixin, admin.TabularInline):
     model = Zone
     fields = ["name", "state"]
     extra = 0
@@ -83,7 +80,7 @@ class ZoneInline(admin.TabularInline):
 
 
 @admin.register(Region)
-class RegionAdmin(SimpleHistoryAdmin):
+class RegionAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = ["name", "geography", "price_multiplier", "zone_count"]
     ordering = ["name"]
     list_filter = ["geography"]
@@ -100,7 +97,7 @@ class RegionAdmin(SimpleHistoryAdmin):
         return int(getattr(obj, "_zone_count", 0))
 
 
-class ZoneInventoryInline(admin.TabularInline):
+class ZoneInventoryInline(HumanFieldsMixin, admin.TabularInline):
     model = ZoneInventory
     fields = ["accelerator", "gpus_available"]
     autocomplete_fields = ["accelerator"]
@@ -108,7 +105,7 @@ class ZoneInventoryInline(admin.TabularInline):
 
 
 @admin.register(Zone)
-class ZoneAdmin(SimpleHistoryAdmin):
+class ZoneAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = ["name", "region", "geography", "state"]
     list_filter = ["state", "region__geography", "region"]
     search_fields = ["name", "region__name"]
@@ -122,7 +119,7 @@ class ZoneAdmin(SimpleHistoryAdmin):
 
 
 @admin.register(RegionLink)
-class RegionLinkAdmin(SimpleHistoryAdmin):
+class RegionLinkAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = ["region_a", "region_b", "rtt_ms"]
     list_filter = ["region_a__geography", "region_a"]
     search_fields = ["region_a__name", "region_b__name"]
@@ -131,7 +128,7 @@ class RegionLinkAdmin(SimpleHistoryAdmin):
 
 
 @admin.register(AcceleratorType)
-class AcceleratorTypeAdmin(SimpleHistoryAdmin):
+class AcceleratorTypeAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = [
         "name",
         "memory_gb",
@@ -153,7 +150,7 @@ class AcceleratorTypeAdmin(SimpleHistoryAdmin):
 
 
 @admin.register(ZoneInventory)
-class ZoneInventoryAdmin(SimpleHistoryAdmin):
+class ZoneInventoryAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = ["zone", "region", "accelerator", "gpus_available"]
     list_filter = ["accelerator", "zone__region__geography", "zone__region"]
     search_fields = ["zone__name", "zone__region__name", "accelerator__name"]
@@ -166,7 +163,7 @@ class ZoneInventoryAdmin(SimpleHistoryAdmin):
 
 
 @admin.register(LlmModel)
-class LlmModelAdmin(SimpleHistoryAdmin):
+class LlmModelAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = [
         "name",
         "parameters_billions",
@@ -204,7 +201,7 @@ class LlmModelAdmin(SimpleHistoryAdmin):
         return f"{per_token:,.0f} B ({per_token / MIB:.3f} MiB)"
 
 
-class CapacityFigureInline(admin.TabularInline):
+class CapacityFigureInline(HumanFieldsMixin, admin.TabularInline):
     model = CapacityFigure
     fields = [
         "workload_class",
@@ -221,7 +218,7 @@ class CapacityFigureInline(admin.TabularInline):
 
 
 @admin.register(ReplicaShape)
-class ReplicaShapeAdmin(SimpleHistoryAdmin):
+class ReplicaShapeAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = [
         "name",
         "model",
@@ -271,7 +268,7 @@ class ReplicaShapeAdmin(SimpleHistoryAdmin):
 
 
 @admin.register(WorkloadClass)
-class WorkloadClassAdmin(SimpleHistoryAdmin):
+class WorkloadClassAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = ["name", "description"]
     search_fields = ["name", "description"]
 
@@ -298,7 +295,7 @@ class FreshnessFilter(admin.SimpleListFilter):
 
 
 @admin.register(CapacityFigure)
-class CapacityFigureAdmin(SimpleHistoryAdmin):
+class CapacityFigureAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = [
         "shape",
         "workload_class_or_all",

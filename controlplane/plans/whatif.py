@@ -130,8 +130,11 @@ def _regions(names: Sequence[str]) -> list[Region]:
     return [found[n] for n in sorted(found)]
 
 
-def _apply_policy(tenant: Tenant, change: WhatIfChange) -> Tenant:
-    """Save the policy part of ``change`` on ``tenant`` through the admin's service."""
+def _apply_policy(tenant: Tenant, change: WhatIfChange, reason: str = "") -> Tenant:
+    """Save the policy part of ``change`` on ``tenant`` through the admin's service;
+    ``reason`` becomes the history row's change reason."""
+    if reason:
+        tenant._change_reason = reason  # type: ignore[attr-defined]
     if change.tier is not None:
         tier = Tier.objects.filter(name=change.tier).first()
         if tier is None:
@@ -291,4 +294,4 @@ def whatif_apply(*, change: WhatIfChange, user: Actor | None) -> Tenant:
             }
         )
     with transaction.atomic():
-        return _apply_policy(_tenant(change.tenant), change)
+        return _apply_policy(_tenant(change.tenant), change, reason="Saved from a what-if preview.")

@@ -12,18 +12,56 @@ from typing import Any
 
 from django.contrib import admin
 from django.db import router, transaction
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Model, QuerySet
+from django.forms import BaseInlineFormSet, ModelForm
 from django.http import HttpRequest, HttpResponse
 from simple_history.admin import SimpleHistoryAdmin
+from simple_history.models import DeletedObject
+from simple_history.template_utils import HistoricalRecordContextHelper
+from simple_history.utils import get_m2m_reverse_field_name
 
+from controlplane.api.history import history_entries
+from controlplane.api.services import tenant_save
+from controlplane.fleet.admin_forms import HUMAN_LABELS, HumanFieldsMixin
+from controlplane.fleet.models import Region
 from controlplane.policies.forms import RevisionCheckedForm, TenantAdminForm
 from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
 
 
-class RevisionedAdmin(SimpleHistoryAdmin):
-    """Admin for a ``Revisioned`` model: shows the revision, checks it on save."""
+class HistoryContextHelper(HistoricalRecordContextHelper):
+    """History rows in words: an empty foreign key as "—" (not "Deleted geography
+    (pk=None)"), region lists by name rather than by id."""
+
+    def prepare_delta_change_value(self, change: Any, value: Any) -> Any:
+        if isinstance(value, DeletedObject) and value.pk is None:
+            return "—"
+        field = self.model._meta.get_field(change.field)
+        if field.many_to_many:
+            target = get_m2m_reverse_field_name(field)
+            # The rows hold the related objects (diff_against(foreign_keys_are_objs=True)).
+            return ", ".join(sorted(str(row[target]) for row in value)) or "—"
+        return super().prepare_delta_change_value(change, value)
+
+
+class PolicyHistoryAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
+    """History pages that read well: empty foreign keys and region lists in words."""
+
+    def get_historical_record_context_helper(
+        self, request: HttpRequest, historical_record: Any
+    ) -> HistoricalRecordContextHelper:
+        return HistoryContextHelper(self.model, historical_record)
+
+
+class RevisionedAdmin(PolicyHistoryAdmin):
+    """Admin for a ``Revisioned`` model: shows the revision, checks it on save, and saves
+    nothing when nothing changed (no new revision, no empty history row)."""
 
     form = RevisionCheckedForm
+
+    def save_model(self, request: HttpRequest, obj: Any, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
+        if change and not form.has_changed():
+            return
+        super().save_model(request, obj, form, change)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [*super().get_readonly_fields(request, obj), "revision"]
@@ -69,7 +107,7 @@ class TierAdmin(RevisionedAdmin):
         return int(getattr(obj, "_tenant_count", 0))
 
 
-class TenantQuotaInline(admin.StackedInline):
+class TenantQuotaInline(HumanFieldsMixin, admin.StackedInline):  # type: ignore[type-arg]
     model = TenantQuota
     form = RevisionCheckedForm
     fields = [
@@ -86,7 +124,7 @@ class TenantQuotaInline(admin.StackedInline):
     can_delete = True
 
 
-class WorkloadProfileInline(admin.TabularInline):
+class WorkloadProfileInline(HumanFieldsMixin, admin.TabularInline):  # type: ignore[type-arg]
     model = WorkloadProfile
     fields = [
         "model",
@@ -133,8 +171,10 @@ class TenantAdmin(RevisionedAdmin):
         "spill_allowed",
     ]
     search_fields = ["name", "display_name"]
-    autocomplete_fields = ["tier", "home_region", "residency_geography", "residency_regions"]
+    # The tier is a short list picked by its SLO and promise (``TenantAdminForm``).
+    autocomplete_fields = ["home_region", "residency_geography", "residency_regions"]
     list_select_related = ["tier", "home_region", "residency_geography"]
+    object_history_template = "admin/policies/tenant/object_history.html"
     readonly_fields = ["allowed_regions_display"]
     fieldsets = [
         (None, {"fields": ["name", "display_name", "tier", "fair_share_weight"]}),
@@ -181,6 +221,81 @@ class TenantAdmin(RevisionedAdmin):
             return None
         return ", ".join(r.name for r in obj.allowed_regions()) or "none"
 
+    # -- saving: one service, one history row ---------------------------------------------
+
+    def save_model(self, request: HttpRequest, obj: Any, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
+        """Save through ``tenant_save``, the service behind the API: the residency regions go
+        with the other fields, so an update writes one history row holding every change."""
+        if change and not form.has_changed():
+            return
+        tenant_save(tenant=obj, residency_regions=form.cleaned_data.get("residency_regions"))
+
+    def save_related(
+        self,
+        request: HttpRequest,
+        form: ModelForm,  # type: ignore[type-arg]
+        formsets: list[BaseInlineFormSet],  # type: ignore[type-arg]
+        change: bool,
+    ) -> None:
+        # The regions were saved by ``tenant_save``; only the inlines are left.
+        for formset in formsets:
+            self.save_formset(request, form, formset, change=change)
+
+    # -- history: reverting restores the regions; quota changes are listed too -------------
+
+    def get_form(
+        self, request: HttpRequest, obj: Model | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        regions = getattr(request, "_headroom_revert_regions", None)
+        if regions is None:
+            return form
+
+        class RevertForm(form):  # type: ignore[misc, valid-type]
+            """The history entry's region list, not today's, as the form's start."""
+
+            def __init__(self, *args: Any, **form_kwargs: Any) -> None:
+                super().__init__(*args, **form_kwargs)
+                if not self.is_bound:
+                    self.initial["residency_regions"] = regions
+
+        return RevertForm
+
+    def history_form_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        version_id: str,
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        record = Tenant.history.filter(id=object_id, history_id=version_id).first()  # type: ignore[attr-defined]
+        if record is not None:
+            request._headroom_revert_regions = list(  # type: ignore[attr-defined]
+                Region.objects.filter(
+                    pk__in=record.residency_regions.values_list("region_id", flat=True)
+                )
+            )
+        return super().history_form_view(request, object_id, version_id, extra_context)
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        quota_rows = list(
+            TenantQuota.history.filter(tenant_id=object_id)  # type: ignore[attr-defined]
+            .select_related("history_user")
+            .order_by("-history_date", "-history_id")[:200]
+        )
+        quota_changes = [
+            entry
+            for entry in history_entries(quota_rows, None)
+            if entry.kind != "changed" or entry.changes
+        ]
+        for entry in quota_changes:
+            for change in entry.changes:
+                object.__setattr__(change, "field", HUMAN_LABELS.get(change.field, change.field))
+        context = {**(extra_context or {}), "quota_changes": quota_changes}
+        return super().history_view(request, object_id, extra_context=context)
+
 
 @admin.register(TenantQuota)
 class TenantQuotaAdmin(RevisionedAdmin):
@@ -199,7 +314,7 @@ class TenantQuotaAdmin(RevisionedAdmin):
 
 
 @admin.register(WorkloadProfile)
-class WorkloadProfileAdmin(SimpleHistoryAdmin):
+class WorkloadProfileAdmin(PolicyHistoryAdmin):
     list_display = [
         "tenant",
         "model",

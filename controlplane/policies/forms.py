@@ -15,8 +15,23 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import F
+from django.utils.functional import cached_property
 
-from controlplane.policies.models import Revisioned, Tenant, validate_residency_regions
+from controlplane.policies.models import Revisioned, Tenant, Tier, validate_residency_regions
+
+
+class TierChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
+    """A tier picked by what it promises: name, SLO, failure promise and priority."""
+
+    def label_from_instance(self, obj: Any) -> str:
+        return tier_label(obj)
+
+
+def tier_label(tier: Tier) -> str:
+    return (
+        f"{tier.name} — p95 TTFT ≤ {tier.p95_ttft_slo_s:g} s, "
+        f"{tier.get_failure_promise_display()}, priority {tier.priority}"
+    )
 
 
 class RevisionCheckedForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -42,6 +57,12 @@ class RevisionCheckedForm(forms.ModelForm):  # type: ignore[type-arg]
                 self.fields["expected_revision"].initial = (
                     stored if stored is not None else self.instance.revision
                 )
+
+    @cached_property
+    def changed_data(self) -> list[str]:
+        # The revision the editor saw is not a change: without this, every save of an
+        # unchanged record counts as changed (new revision, empty history row).
+        return [name for name in super().changed_data if name != "expected_revision"]
 
     def _stored_revision(self, *, lock: bool) -> int | None:
         rows = type(self.instance)._default_manager.filter(pk=self.instance.pk)
@@ -80,6 +101,8 @@ class TenantAdminForm(RevisionCheckedForm):
     geography, naming the regions at fault."""
 
     instance: Tenant
+
+    tier = TierChoiceField(queryset=Tier.objects.order_by("priority", "name"), label="Tier")
 
     class Meta:
         model = Tenant

@@ -125,7 +125,7 @@ class TelemetryPull(models.Model):
 
     def __str__(self) -> str:
         return (
-            f"pull {self.window_start:%Y-%m-%d %H:%M}–{self.window_end:%H:%M} "
+            f"pull {self.window_start:%Y-%m-%d %H:%M}–{self.window_end:%Y-%m-%d %H:%M} "
             f"(attempt {self.attempt}): {self.status}"
         )
 
@@ -177,7 +177,8 @@ class ProfileDerivation(models.Model):
 
     def __str__(self) -> str:
         return (
-            f"derivation {self.window_start:%Y-%m-%d %H:%M}–{self.window_end:%H:%M}: {self.status}"
+            f"derivation {self.window_start:%Y-%m-%d %H:%M}–{self.window_end:%Y-%m-%d %H:%M}: "
+            f"{self.status}"
         )
 
     def summary(self) -> dict[str, Any]:

@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 from django import forms
 
+from controlplane.fleet.admin_forms import FiniteFloatField
 from controlplane.fleet.models import Region
 from controlplane.plans.whatif import MAX_PROMPT_DELTA, MAX_TRAFFIC_FACTOR, WhatIfChange
+from controlplane.policies.forms import TierChoiceField
 from controlplane.policies.models import Tenant, Tier
-
-
-def tier_label(tier: Tier) -> str:
-    """A tier as a picker shows it: its name with SLO, promise and priority."""
-    return (
-        f"{tier.name} — p95 TTFT ≤ {tier.p95_ttft_slo_s:g} s, "
-        f"{tier.get_failure_promise_display()}, priority {tier.priority}"
-    )
-
-
-class TierChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
-    def label_from_instance(self, obj: Any) -> str:
-        return tier_label(obj)
 
 
 class PlanDecisionForm(forms.Form):
@@ -37,20 +23,6 @@ class PlanDecisionForm(forms.Form):
         help_text="Recorded in the plan's history with your name.",
         error_messages={"required": "Give a reason: it is recorded in the plan's history."},
     )
-
-
-class FiniteFloatField(forms.FloatField):
-    """A float typed as text (so the browser keeps what was typed, such as ``1e309``) that
-    must be finite."""
-
-    widget = forms.TextInput(attrs={"inputmode": "decimal"})
-    default_error_messages = {"invalid": "Enter a finite number, such as 1.5."}
-
-    def to_python(self, value: Any) -> float | None:
-        result = super().to_python(value)
-        if result is not None and not math.isfinite(result):
-            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
-        return result
 
 
 class WhatIfForm(forms.Form):

@@ -20,9 +20,10 @@ from controlplane.api.permissions import POLICY_ADMIN, ROLES, user_roles
 from controlplane.plans import services as plan_services
 from controlplane.plans.models import Plan
 from controlplane.plans.whatif import whatif_apply, whatif_preview
+from controlplane.policies.forms import tier_label
 from controlplane.telemetry.models import DriftAlert
 from controlplane.web import charts, selectors
-from controlplane.web.forms import PlanDecisionForm, WhatIfForm, tier_label
+from controlplane.web.forms import PlanDecisionForm, WhatIfForm
 
 View = Callable[..., HttpResponse]
 
