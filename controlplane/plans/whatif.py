@@ -203,12 +203,16 @@ def _by_region(
 
 
 def unserved_reasons(binding: Sequence[str]) -> dict[str, str]:
-    """The planner's sentence for each unserved demand, by demand id (binding sentences of
-    unserved demand start ``demand <id> (``)."""
+    """Why each unserved demand is short, by demand id, from the planner's binding sentences
+    (``demand <id> (tenant …, priority …): <x> of <y> requests/s unserved: <why>``;
+    ``planner.placement.binding.unserved_sentences``): the part after "unserved: "."""
     out: dict[str, str] = {}
+    marker = " unserved: "
     for sentence in binding:
         if sentence.startswith("demand ") and " (" in sentence:
-            out.setdefault(sentence[len("demand ") : sentence.index(" (")], sentence)
+            demand = sentence[len("demand ") : sentence.index(" (")]
+            why = sentence.split(marker, 1)[1] if marker in sentence else sentence
+            out.setdefault(demand, why[:1].upper() + why[1:])
     return out
 
 

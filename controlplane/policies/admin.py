@@ -43,6 +43,10 @@ class HistoryContextHelper(HistoricalRecordContextHelper):
         return super().prepare_delta_change_value(change, value)
 
 
+def _reverting(request: HttpRequest) -> bool:
+    return bool(getattr(request, "_headroom_reverting", False))
+
+
 class PolicyHistoryAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     """History pages that read well: empty foreign keys and region lists in words."""
 
@@ -59,7 +63,7 @@ class RevisionedAdmin(PolicyHistoryAdmin):
     form = RevisionCheckedForm
 
     def save_model(self, request: HttpRequest, obj: Any, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
-        if change and not form.has_changed():
+        if change and not form.has_changed() and not _reverting(request):
             return
         super().save_model(request, obj, form, change)
 
@@ -73,6 +77,9 @@ class RevisionedAdmin(PolicyHistoryAdmin):
         version_id: str,
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
+        # A revert's form starts from the history entry, so "unchanged" there still differs
+        # from the stored record: it is saved.
+        request._headroom_reverting = True  # type: ignore[attr-defined]
         # Reverting saves through the form, whose revision check locks the row: that needs
         # a transaction, which the change view has and this view does not.
         with transaction.atomic(using=router.db_for_write(self.model)):
@@ -226,7 +233,7 @@ class TenantAdmin(RevisionedAdmin):
     def save_model(self, request: HttpRequest, obj: Any, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
         """Save through ``tenant_save``, the service behind the API: the residency regions go
         with the other fields, so an update writes one history row holding every change."""
-        if change and not form.has_changed():
+        if change and not form.has_changed() and not _reverting(request):
             return
         tenant_save(tenant=obj, residency_regions=form.cleaned_data.get("residency_regions"))
 

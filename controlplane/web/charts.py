@@ -15,7 +15,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 WIDTH = 640
 HEIGHT = 220
-LEFT, RIGHT, TOP, BOTTOM = 64, 16, 16, 40
+LEFT, RIGHT, TOP, BOTTOM = 64, 16, 28, 40
 # Okabe–Ito colours (distinguishable with the common colour-vision deficiencies), and a dash
 # pattern per series so no series is told apart by colour alone.
 COLOURS = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9")

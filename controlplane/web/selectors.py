@@ -415,7 +415,6 @@ def plan_unserved(plan: Plan) -> list[UnservedRow]:
 
 def plan_page(plan: Plan) -> PlanPage:
     regions, error = plan_regions(plan, figure_freshness())
-    reasons = set(unserved_reasons(plan.binding or []).values())
     newest = Plan.objects.order_by("-version").values_list("version", flat=True).first()
     return PlanPage(
         plan=plan,
@@ -423,7 +422,8 @@ def plan_page(plan: Plan) -> PlanPage:
         pool_error=error,
         routing=plan_routing(plan),
         unserved=plan_unserved(plan),
-        binding=[s for s in (plan.binding or []) if s not in reasons],
+        # Sentences about unserved demand show with that demand; the rest say what binds.
+        binding=[s for s in (plan.binding or []) if not s.startswith("demand ")],
         decisions=list(plan.decisions.select_related("actor")),
         active=Plan.objects.filter(state=Plan.State.ACTIVE).only("pk", "version").first(),
         newest_version=newest,

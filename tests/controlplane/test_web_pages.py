@@ -16,6 +16,7 @@ from controlplane.api.permissions import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.plans.models import Plan, PlanDecision
 from controlplane.policies.models import Tenant
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan, shrink_region
+from tests.controlplane.web_support import add_drift_alert, add_observations
 
 pytestmark = pytest.mark.django_db
 
@@ -38,9 +39,10 @@ def page_urls() -> list[str]:
         urls.append(f"/plans/v{plan.version}/")
         if plan.state == Plan.State.AWAITING_APPROVAL:
             urls.append(f"/plans/v{plan.version}/decide/?action=approve")
-    tenant = Tenant.objects.order_by("name").first()
-    if tenant is not None:
+    for tenant in Tenant.objects.order_by("name")[:1]:
         urls += [f"/tenants/{tenant.name}/", f"/what-if/?tenant={tenant.name}"]
+    if Tenant.objects.filter(name="nordlicht-versicherung").exists():
+        urls.append("/tenants/nordlicht-versicherung/")
     return urls
 
 
@@ -56,6 +58,8 @@ def plans() -> tuple[Plan, Plan]:
     """v1 active; v2 (no GPUs left in us-east) awaiting approval."""
     load_support_assistant()
     first = run_replan().plan
+    add_observations("nordlicht-versicherung")
+    add_drift_alert("nordlicht-versicherung")
     shrink_region("us-east", 0)
     second = run_replan().plan
     assert first is not None and second is not None
@@ -88,6 +92,26 @@ def test_every_page_renders_with_plans(
     role_users: dict[str, User | None], plans: tuple[Plan, Plan]
 ) -> None:
     _walk(role_users)
+
+
+def test_tenant_page_charts_its_workload_with_the_numbers(
+    role_users: dict[str, User | None], plans: tuple[Plan, Plan]
+) -> None:
+    body = client_for(role_users[VIEWER]).get("/tenants/nordlicht-versicherung/").content.decode()
+    for title in ("Request rate", "Prompt tokens", "Output tokens", "Prefix-cache hit rate"):
+        assert "<title id=" in body and title in body, title
+    assert body.count("<svg") >= 5
+    assert "telemetry observation windows" in body
+    assert "0.75 s" in body  # TTFT p95 of the last window, in the table
+
+
+def test_drift_alert_shows_its_cost_and_the_replan_it_caused(
+    role_users: dict[str, User | None], plans: tuple[Plan, Plan]
+) -> None:
+    body = client_for(role_users[VIEWER]).get("/drift/").content.decode()
+    assert "nordlicht-versicherung" in body
+    assert "4 → 6 (+2)" in body
+    assert "re-plan #" in body
 
 
 def test_only_a_policy_admin_sees_the_approve_button(
