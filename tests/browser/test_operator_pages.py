@@ -107,6 +107,15 @@ def test_policy_admin_changes_residency_in_the_admin_and_sees_the_history(
     page = _page(browser, live_server, "admin-user")
     page.goto(f"{live_server.url}/admin/")
     _shot(page, "admin-index")
+    # The widest admin lists fit the screen: their columns wrap.
+    for name, path in (
+        ("admin-tenants", "/admin/policies/tenant/"),
+        ("admin-workload-profiles", "/admin/policies/workloadprofile/"),
+        ("admin-plans", "/admin/plans/plan/"),
+        ("admin-capacity-figures", "/admin/fleet/capacityfigure/"),
+    ):
+        page.goto(f"{live_server.url}{path}")
+        _shot(page, name)
     page.goto(f"{live_server.url}/admin/policies/tenant/{tenant.pk}/change/")
     # The residency region list is an autocomplete (select2): open it, type, pick.
     page.click(".field-residency_regions .select2-selection")
