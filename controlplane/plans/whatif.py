@@ -297,5 +297,12 @@ def whatif_apply(*, change: WhatIfChange, user: Actor | None) -> Tenant:
                 "prompt length are what-ifs about the workload."
             }
         )
+    tenant = _tenant(change.tenant)
+    same_tier = change.tier is None or change.tier == tenant.tier.name
+    same_regions = change.residency_regions is None or sorted(change.residency_regions) == sorted(
+        r.name for r in tenant.residency_regions.all()
+    )
+    if same_tier and same_regions:
+        raise ValidationError({"__all__": "Nothing to save: the tenant already has this policy."})
     with transaction.atomic():
         return _apply_policy(_tenant(change.tenant), change, reason="Saved from a what-if preview.")

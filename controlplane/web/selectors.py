@@ -82,7 +82,7 @@ class JobStatus:
     status_label: str
     at: datetime | None
     detail: str
-    link: str = ""
+    plan_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -223,8 +223,6 @@ def _jobs() -> list[JobStatus]:
         jobs.append(JobStatus("Last re-plan", "none", "never run", None, ""))
     else:
         detail = f"trigger {run.get_trigger_display()}"
-        if run.plan is not None:
-            detail += f"; plan v{run.plan.version}"
         if run.error:
             detail += f"; {run.error}"
         jobs.append(
@@ -234,7 +232,7 @@ def _jobs() -> list[JobStatus]:
                 run.get_status_display(),
                 run.finished_at or run.created_at,
                 detail,
-                link=f"v{run.plan.version}" if run.plan is not None else "",
+                plan_version=run.plan.version if run.plan is not None else None,
             )
         )
     return jobs
