@@ -69,7 +69,7 @@ class FiniteFloatField(forms.FloatField):
         "invalid": "Enter a finite number, such as 0.5 or 1e3 (this value is not one)."
     }
 
-    def to_python(self, value: Any) -> float | None:
+    def to_python(self, value: Any) -> float | None:  # type: ignore[override]
         result = super().to_python(value)
         if result is not None and not math.isfinite(result):
             raise forms.ValidationError(self.error_messages["invalid"], code="invalid")

@@ -339,7 +339,7 @@ class PlanPage:
 
     @property
     def decidable(self) -> bool:
-        return (
+        return bool(
             self.plan.state == Plan.State.AWAITING_APPROVAL
             and self.newest_version == self.plan.version
         )

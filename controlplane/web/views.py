@@ -245,10 +245,10 @@ def whatif(request: HttpRequest) -> HttpResponse:
     else:
         initial: dict[str, Any] = {"traffic_factor": 1.0, "prompt_tokens_delta": 0.0}
         name = request.GET.get("tenant")
-        tenant = selectors.tenant_for_page(name) if name else None
-        if tenant is not None:
-            initial["tenant"] = tenant.name
-            initial["residency_regions"] = [r.name for r in tenant.residency_regions.all()]
+        chosen = selectors.tenant_for_page(name) if name else None
+        if chosen is not None:
+            initial["tenant"] = chosen.name
+            initial["residency_regions"] = [r.name for r in chosen.residency_regions.all()]
         form = WhatIfForm(initial=initial)
     return render(
         request,

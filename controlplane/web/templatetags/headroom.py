@@ -67,3 +67,33 @@ def pct(value: Any, digits: int = 0) -> str:
 @register.filter
 def promise_label(value: str) -> str:
     return {"none": "none", "n+1": "N+1", "zone": "survive a zone"}.get(value, value)
+
+
+@register.filter
+def cell(row: Any, column: str) -> Any:
+    """``row[column]`` for a report row (a dict) in a template."""
+    return row.get(column) if hasattr(row, "get") else None
+
+
+@register.filter
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@register.filter
+def cell_text(value: Any) -> str:
+    """A report cell for reading: numbers rounded, empty cells as a dash."""
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int | float):
+        return num(value, 2)
+    return str(value)
+
+
+@register.filter
+def column_label(name: str) -> str:
+    """A report column's name in words: ``cost_per_million_tokens`` → "cost per million
+    tokens"."""
+    return str(name).replace("_", " ")
