@@ -27,13 +27,14 @@ run: setup
 	$(PY) manage.py export_problem --output var/problem.json
 	$(PY) manage.py run_pipeline --scenario $(SCENARIO)
 
-# Lint, type checks, Django checks and the whole test suite (DATABASE_URL picks the database).
+# Lint, type checks, import contracts, Django checks and the whole test suite (DATABASE_URL picks the database).
 test: setup check pytest
 
 check:
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 	$(PY) manage.py check
 	mkdir -p var  # the default SQLite database's folder: makemigrations reads its history
 	$(PY) manage.py makemigrations --check --dry-run

@@ -7,11 +7,13 @@ run in-process, DEBUG on. Production: ``DEBUG=false`` plus ``SECRET_KEY``, ``DAT
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 
-from controlplane.env import envbool, envint, envlist, envsecret, envstr
+from controlplane.core.conf import envbool, envint, envlist, envnetworks, envsecret, envstr
+from planner.placement.problem import DEFAULT_TARGET_UTILIZATION
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("HEADROOM_VAR_DIR", str(BASE_DIR / "var")))
@@ -48,11 +50,16 @@ INSTALLED_APPS = [
     "controlplane.benchmarks",
     "controlplane.emission",
     "controlplane.web",
+    "controlplane.pipeline",
+    "axes",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Errors under /api/ that no DRF view shaped (no such route, a refused Host, an unhandled
+    # exception) get the API's JSON error body.
+    "controlplane.core.errors.ApiErrorMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -61,6 +68,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Records the acting user on every history row written during a request.
     "simple_history.middleware.HistoryRequestMiddleware",
+    # Turns a login refused for lockout into 429 (django-axes wants to be last).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -88,6 +97,12 @@ DATABASES = {
     )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# django-axes first: it refuses a locked-out client before any password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -118,7 +133,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["controlplane.api.permissions.RolePermission"],
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.core.roles.RolePermission"],
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
@@ -179,10 +194,30 @@ if not DEBUG:
     SECURE_CONTENT_TYPE_NOSNIFF = True
     X_FRAME_OPTIONS = "DENY"
 
+# Who is asking. X-Forwarded-For is believed only from these proxies (addresses or networks,
+# comma-separated): the load balancer or ingress in front of the web pods. Empty: the peer
+# address is the client.
+HEADROOM_TRUSTED_PROXIES = envnetworks("HEADROOM_TRUSTED_PROXIES", [])
+
+# Login lockout (django-axes) on every login path: the admin, the API's session login and the
+# token endpoint. After HEADROOM_LOGIN_FAILURE_LIMIT failures from one client address, or for
+# one username, further attempts get 429 for HEADROOM_LOGIN_COOLOFF_MINUTES (each failure
+# during the lockout starts the cool-off again). `manage.py axes_reset` (or
+# axes_reset_ip / axes_reset_username) lifts it; docs/operations.md says when.
+AXES_FAILURE_LIMIT = envint("HEADROOM_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=envint("HEADROOM_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "controlplane.core.clients.client_address_for_axes"
+AXES_LOCKOUT_CALLABLE = "controlplane.core.clients.lockout_response"
+AXES_VERBOSE = False
+
 # Capacity figures older than this are stale: plans built on them are flagged.
 HEADROOM_CAPACITY_MAX_AGE_DAYS = envint("HEADROOM_CAPACITY_MAX_AGE_DAYS", 30)
 # Planning utilisation of a shape that sets none.
-HEADROOM_DEFAULT_TARGET_UTILIZATION = float(envstr("HEADROOM_DEFAULT_TARGET_UTILIZATION", "0.7"))
+HEADROOM_DEFAULT_TARGET_UTILIZATION = float(
+    envstr("HEADROOM_DEFAULT_TARGET_UTILIZATION", str(DEFAULT_TARGET_UTILIZATION))
+)
 # The job pipeline: a telemetry pull that stored samples enqueues a profile derivation, and a
 # derivation that raised new drift alerts requests a re-plan (trigger "drift"). Turn either
 # off to run the steps on their own schedules only.

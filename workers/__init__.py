@@ -1,6 +1,4 @@
-"""Headroom's workers: the Celery app and its tasks, Ray benchmark workers, and the simulators
-the pipeline is tested against."""
-
-from workers.celery import app as celery_app
-
-__all__ = ["celery_app"]
+"""Headroom's worker side: the Celery entry point (``workers.celery``), the Ray benchmark
+workers (``workers.benchmarks``) and the simulators the pipeline is tested against
+(``workers.fleetsim``, ``workers.webhook_receiver``). Only the entry point knows Django; the
+rest imports ``planner`` only."""

@@ -1,24 +1,9 @@
-"""The Celery app. Configuration comes from Django settings (``CELERY_*``).
-
-Without ``CELERY_BROKER_URL`` tasks run in-process (``task_always_eager``), which is the
-embedded default; with a broker (Redis in production, RabbitMQ also works) they run on
-``celery -A workers worker`` and the schedule on ``celery -A workers beat``.
-"""
+"""The entry point worker and beat processes start from: ``celery -A workers worker`` and
+``celery -A workers beat`` find the app here. The app and its configuration are the control
+plane's (``controlplane/celery.py``); the tasks live next to their services in each app."""
 
 from __future__ import annotations
 
-import os
+from controlplane.celery import app, ping
 
-from celery import Celery
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-
-app = Celery("headroom")
-app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["workers"], related_name="tasks")
-
-
-@app.task(name="headroom.health.ping")
-def ping() -> str:
-    """Round trip through the broker; operators use it to check that workers are consuming."""
-    return "pong"
+__all__ = ["app", "ping"]

@@ -2,7 +2,7 @@
 
 It does what a real consumer must do, in the simplest way:
 
-- verifies each request's signature (``controlplane.emission.signing``) against its secret and
+- verifies each request's signature (``planner.signing``) against its secret and
   refuses a missing, stale or wrong one with 401, and a body that is not a JSON object with 400;
 - applies each idempotency key once: the first valid request with a key is recorded as a
   delivery, a later one with the same key is acknowledged (200, ``"duplicate": true``) and
@@ -45,7 +45,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from controlplane.emission import signing
+from planner import signing
 
 logger = logging.getLogger("headroom.webhook_receiver")
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema, inline_serializer
+from django.contrib.auth.signals import user_logged_in
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.serializers import AuthTokenSerializer
@@ -20,14 +21,20 @@ from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
-from controlplane.api.parsers import StrictJSONParser
+from controlplane.core.clients import client_address
+from controlplane.core.parsers import StrictJSONParser
 
 
 class PasswordGuessThrottle(AnonRateThrottle):
-    """Slows password guessing: token requests per client address."""
+    """Slows password guessing: token requests per client address (the real one, behind
+    trusted proxies only; a client cannot pick a new address per guess with X-Forwarded-For).
+    The lockout (django-axes) stops guessing for good; this caps the request rate as well."""
 
     scope = "auth-token"
     rate = "20/min"
+
+    def get_ident(self, request: Request) -> str:
+        return client_address(request._request)
 
 
 class AuthTokenView(APIView):
@@ -48,14 +55,23 @@ class AuthTokenView(APIView):
         summary="Get an API token",
         request=AuthTokenSerializer,
         responses={
-            200: inline_serializer("AuthTokenResponse", fields={"token": serializers.CharField()})
+            200: inline_serializer("AuthTokenResponse", fields={"token": serializers.CharField()}),
+            429: OpenApiResponse(
+                description="Too many failed logins or requests: see Retry-After."
+            ),
         },
         auth=[],
     )
     def post(self, request: Request) -> Response:
-        serializer = AuthTokenSerializer(data=request.data, context={"request": request})
+        # The Django request, not DRF's wrapper: the lockout marks the request it is handed,
+        # and the lockout middleware reads that mark from the Django request.
+        serializer = AuthTokenSerializer(data=request.data, context={"request": request._request})
         serializer.is_valid(raise_exception=True)
-        token, _ = Token.objects.get_or_create(user=serializer.validated_data["user"])
+        user = serializer.validated_data["user"]
+        # Getting a token is logging in: the signal records last_login and lets the lockout
+        # forget earlier failures, as a session login does.
+        user_logged_in.send(sender=type(user), request=request._request, user=user)
+        token, _ = Token.objects.get_or_create(user=user)
         return Response({"token": token.key})
 
     @extend_schema(summary="Revoke your API token", request=None, responses={204: None})

@@ -16,7 +16,7 @@ sees the new revision and gets 412.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db.models import F
 from django.utils.http import parse_etags
@@ -25,8 +25,7 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework import exceptions, status
 from rest_framework.request import Request
 
-if TYPE_CHECKING:
-    from controlplane.policies.models import Revisioned
+from controlplane.core.records import Revisioned
 
 
 class PreconditionFailed(exceptions.APIException):

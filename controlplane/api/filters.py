@@ -7,15 +7,11 @@ value is a 400 naming the parameter, not an empty page.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import django_filters
 from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.utils import timezone
-from rest_framework.filters import OrderingFilter
-from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.request import Request
 
 from controlplane.fleet.models import (
     CapacityFigure,
@@ -27,30 +23,6 @@ from controlplane.fleet.models import (
     ZoneInventory,
 )
 from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
-
-
-class RecordPagination(LimitOffsetPagination):
-    """``?limit=&offset=``; the page size is ``PAGE_SIZE`` unless ``limit`` asks otherwise."""
-
-    # Bounds one response (and keeps LIMIT inside the database's integer range).
-    max_limit = 1000
-
-
-class StableOrderingFilter(OrderingFilter):
-    """``?ordering=a,-b`` over the view's ``ordering_fields``, ties broken by id.
-
-    Without the tie-break, rows that compare equal (two figures measured at the same time)
-    could move between pages from one request to the next.
-    """
-
-    def get_ordering(self, request: Request, queryset: QuerySet[Any], view: Any) -> list[Any]:
-        requested = super().get_ordering(request, queryset, view)
-        ordering: list[Any] = list(
-            requested or queryset.query.order_by or queryset.model._meta.ordering
-        )
-        if not {"pk", "-pk", "id", "-id"} & set(ordering):
-            ordering.append("pk")
-        return ordering
 
 
 class RegionFilter(django_filters.FilterSet):

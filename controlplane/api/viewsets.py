@@ -29,9 +29,15 @@ from controlplane.api.concurrency import (
     require_if_match,
 )
 from controlplane.api.history import HistoryEntrySerializer, history_entries
-from controlplane.api.parsers import StrictJSONParser
-from controlplane.api.permissions import POLICY_ADMIN, ROLES, RolePermission
 from controlplane.api.services import record_delete
+from controlplane.core.api import (
+    ID_PATTERN,
+    QueryGuardMixin,
+    RecordPagination,
+    StableOrderingFilter,
+)
+from controlplane.core.parsers import StrictJSONParser
+from controlplane.core.roles import POLICY_ADMIN, ROLES, RolePermission
 from controlplane.fleet.models import (
     AcceleratorType,
     CapacityFigure,
@@ -46,32 +52,19 @@ from controlplane.fleet.models import (
 )
 from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
 
-# Ids are bigints: more digits than this cannot name a row, and would overflow the database's
-# integer type in the lookup, so such URLs do not resolve (404).
-ID_PATTERN = "[0-9]{1,18}"
 
-
-class RecordViewSet(viewsets.ModelViewSet[Any]):
+class RecordViewSet(QueryGuardMixin, viewsets.ModelViewSet[Any]):
     """List, retrieve, create, update, delete and history of one kind of record."""
 
     permission_classes = [RolePermission]
     read_roles = frozenset(ROLES)
     write_roles = frozenset({POLICY_ADMIN})
     parser_classes = [StrictJSONParser, FormParser, MultiPartParser]
-    filter_backends = [DjangoFilterBackend, filters.StableOrderingFilter, SearchFilter]
-    pagination_class = filters.RecordPagination
+    filter_backends = [DjangoFilterBackend, StableOrderingFilter, SearchFilter]
+    pagination_class = RecordPagination
     lookup_value_regex = ID_PATTERN
     search_fields: tuple[str, ...] = ("name",)
     ordering_fields: tuple[str, ...] = ("id", "name")
-
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        super().initial(request, *args, **kwargs)
-        # PostgreSQL text cannot hold NUL; refuse it here rather than as a database error.
-        for key, values in request.query_params.lists():
-            if "\x00" in key or any("\x00" in value for value in values):
-                raise exceptions.ValidationError(
-                    {key.replace("\x00", ""): ["Query parameters may not contain NUL."]}
-                )
 
     def perform_destroy(self, instance: Model) -> None:
         record_delete(record=instance)

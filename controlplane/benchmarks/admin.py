@@ -15,12 +15,15 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
-from simple_history.admin import SimpleHistoryAdmin
 
 from controlplane.benchmarks import selectors, services
 from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun, ShapeFreshness
-from controlplane.policies.admin import RevisionedAdmin
-from controlplane.policies.forms import RevisionCheckedForm
+from controlplane.core.admin import (
+    ReadOnlyAdmin,
+    ReadOnlyHistoryAdmin,
+    RevisionCheckedForm,
+    RevisionedAdmin,
+)
 
 
 def _pretty(value: Any) -> str:
@@ -28,7 +31,7 @@ def _pretty(value: Any) -> str:
 
 
 @admin.register(BenchmarkRun)
-class BenchmarkRunAdmin(SimpleHistoryAdmin):  # type: ignore[type-arg]
+class BenchmarkRunAdmin(ReadOnlyHistoryAdmin):
     list_display = [
         "id",
         "requested_at",
@@ -65,15 +68,6 @@ class BenchmarkRunAdmin(SimpleHistoryAdmin):  # type: ignore[type-arg]
         "results_pretty",
     ]
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="duration (s)")
     def duration(self, obj: BenchmarkRun) -> str:
@@ -149,7 +143,7 @@ class BenchmarkEndpointAdmin(RevisionedAdmin):
 
 
 @admin.register(ShapeFreshness)
-class ShapeFreshnessAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ShapeFreshnessAdmin(ReadOnlyAdmin):
     list_display = [
         "name",
         "model",
@@ -165,15 +159,6 @@ class ShapeFreshnessAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_select_related = ["model", "accelerator"]
     search_fields = ["name", "model__name"]
     actions = ["queue_engine_benchmark", "queue_endpoint_load_test"]
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_queue_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("benchmarks.add_benchmarkrun"))

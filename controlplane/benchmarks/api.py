@@ -20,16 +20,12 @@ from typing import Any
 import django_filters
 from django.db.models import QuerySet
 from django.urls import reverse
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
-from controlplane.api.filters import RecordPagination, StableOrderingFilter
-from controlplane.api.parsers import StrictJSONParser
-from controlplane.api.permissions import POLICY_ADMIN, ROLES, RolePermission
 from controlplane.api.viewsets import RevisionedRecordViewSet
 from controlplane.benchmarks import selectors, services
 from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun
@@ -39,8 +35,9 @@ from controlplane.benchmarks.serializers import (
     BenchmarkRunSerializer,
     FreshnessSerializer,
 )
-
-ID_PATTERN = "[0-9]{1,18}"
+from controlplane.core.api import QueryGuardMixin, ReadOnlyViewSet, RecordPagination
+from controlplane.core.parsers import StrictJSONParser
+from controlplane.core.roles import ROLES, RolePermission
 
 
 class BenchmarkRunFilter(django_filters.FilterSet):  # type: ignore[misc]
@@ -51,18 +48,12 @@ class BenchmarkRunFilter(django_filters.FilterSet):  # type: ignore[misc]
         fields = ("status", "kind", "trigger", "device", "shape")
 
 
-class BenchmarkRunViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet[BenchmarkRun]):
+class BenchmarkRunViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
     """Benchmark runs: status, timing, what they measured on, results and figures."""
 
-    permission_classes = [RolePermission]
-    read_roles = frozenset(ROLES)
-    write_roles = frozenset({POLICY_ADMIN})
     parser_classes = [StrictJSONParser]
-    filter_backends = [DjangoFilterBackend, StableOrderingFilter]
     filterset_class = BenchmarkRunFilter
     ordering_fields = ("requested_at", "finished_at")
-    pagination_class = RecordPagination
-    lookup_value_regex = ID_PATTERN
 
     def get_queryset(self) -> QuerySet[BenchmarkRun]:
         return BenchmarkRun.objects.select_related("shape", "requested_by").prefetch_related(
@@ -120,7 +111,7 @@ class BenchmarkEndpointViewSet(RevisionedRecordViewSet):
     ordering_fields = ("id", "shape__name", "enabled")
 
 
-class FreshnessViewSet(viewsets.GenericViewSet[Any]):
+class FreshnessViewSet(QueryGuardMixin, viewsets.GenericViewSet[Any]):
     """How fresh each shape's capacity figures are, in shape name order."""
 
     permission_classes = [RolePermission]

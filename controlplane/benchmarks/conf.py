@@ -1,8 +1,7 @@
 """Benchmark settings, read at call time.
 
-Each value comes from the Django setting of the same name when the settings module defines it
-(tests override them with pytest-django's ``settings``), else from the environment variable of
-that name, else the default below. A value that is present but malformed is an error.
+Read with ``controlplane.core.conf`` (the Django setting of the same name, else the
+environment variable, else the default below; a malformed value is an error).
 
 - ``HEADROOM_RAY_ADDRESS``: the Ray cluster to join (``ray://head:10001`` for a KubeRay head's
   client port, or ``head:6379`` from inside the cluster). Empty (the default): start a local
@@ -24,15 +23,11 @@ Figures older than ``HEADROOM_CAPACITY_MAX_AGE_DAYS`` (the project setting) are 
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 
-T = TypeVar("T")
+from controlplane.core.conf import setting_choice, setting_int, setting_number, setting_text
 
 DEVICES = ("gpu", "cpu")
 
@@ -49,54 +44,15 @@ class BenchmarkSettings:
     max_age_days: int
 
 
-def _read(name: str, parse: Callable[[str], T], default: T) -> T:
-    if hasattr(settings, name):
-        value: Any = getattr(settings, name)
-        return parse(value) if isinstance(value, str) else value  # type: ignore[no-any-return]
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    return parse(raw.strip())
-
-
-def _number(name: str, cast: Callable[[str], T]) -> Callable[[str], T]:
-    def parse(raw: str) -> T:
-        try:
-            return cast(raw)
-        except ValueError as exc:
-            raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from exc
-
-    return parse
-
-
-def _at_least(name: str, value: Any, low: float) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= low:
-        raise ImproperlyConfigured(f"{name} must be at least {low:g}, got {value!r}")
-    return value
-
-
 def benchmark_settings() -> BenchmarkSettings:
     """The current benchmark settings, checked."""
-
-    def num(name: str, default: float, low: float) -> float:
-        return float(_at_least(name, _read(name, _number(name, float), default), low))
-
-    def whole(name: str, default: int, low: int) -> int:
-        return int(_at_least(name, _read(name, _number(name, int), default), low))
-
-    address = str(_read("HEADROOM_RAY_ADDRESS", str, "")).strip()
-    device = str(_read("HEADROOM_BENCHMARK_DEVICE", str, "gpu")).strip().lower()
-    if device not in DEVICES:
-        raise ImproperlyConfigured(
-            f"HEADROOM_BENCHMARK_DEVICE must be one of {', '.join(DEVICES)}, got {device!r}"
-        )
     return BenchmarkSettings(
-        ray_address=address,
-        ray_num_cpus=whole("HEADROOM_RAY_NUM_CPUS", 2, 1),
-        device=device,
-        timeout_s=num("HEADROOM_BENCHMARK_TIMEOUT_S", 3600.0, 1.0),
-        gpu_wait_s=num("HEADROOM_BENCHMARK_GPU_WAIT_S", 0.0, 0.0),
-        schedule_s=whole("HEADROOM_BENCHMARK_SCHEDULE_S", 3600, 60),
-        retry_after_s=num("HEADROOM_BENCHMARK_RETRY_AFTER_S", 86400.0, 0.0),
+        ray_address=setting_text("HEADROOM_RAY_ADDRESS", ""),
+        ray_num_cpus=setting_int("HEADROOM_RAY_NUM_CPUS", 2, minimum=1),
+        device=setting_choice("HEADROOM_BENCHMARK_DEVICE", "gpu", DEVICES),
+        timeout_s=setting_number("HEADROOM_BENCHMARK_TIMEOUT_S", 3600.0, minimum=1.0),
+        gpu_wait_s=setting_number("HEADROOM_BENCHMARK_GPU_WAIT_S", 0.0, minimum=0.0),
+        schedule_s=setting_int("HEADROOM_BENCHMARK_SCHEDULE_S", 3600, minimum=60),
+        retry_after_s=setting_number("HEADROOM_BENCHMARK_RETRY_AFTER_S", 86400.0, minimum=0.0),
         max_age_days=int(settings.HEADROOM_CAPACITY_MAX_AGE_DAYS),
     )

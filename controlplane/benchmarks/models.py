@@ -22,7 +22,6 @@ import re
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
@@ -30,8 +29,11 @@ from django.db.models import Q
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
-from controlplane.fleet.models import CapacityFigure, ReplicaShape, _finite
-from controlplane.policies.models import Revisioned
+from controlplane.core.jobs import Job
+from controlplane.core.records import Revisioned
+from controlplane.core.validators import finite
+from controlplane.fleet.models import CapacityFigure, ReplicaShape
+from controlplane.fleet.selectors import planning_figure
 
 # One request of the load test may take this long at most, seconds (a long generation on a
 # slow replica); and a point of the sweep sends at most this many requests.
@@ -48,16 +50,10 @@ _ENV_NAME = RegexValidator(
 _V1_SUFFIX = re.compile(r"/v1/?$")
 
 
-class BenchmarkRun(models.Model):
+class BenchmarkRun(Job):
     class Kind(models.TextChoices):
         ENGINE = "engine", "engine benchmark"
         ENDPOINT = "endpoint", "endpoint load test"
-
-    class Status(models.TextChoices):
-        QUEUED = "queued", "queued"
-        RUNNING = "running", "running"
-        SUCCEEDED = "succeeded", "succeeded"
-        FAILED = "failed", "failed"
 
     class Trigger(models.TextChoices):
         SCHEDULE = "schedule", "schedule"
@@ -67,12 +63,8 @@ class BenchmarkRun(models.Model):
         GPU = "gpu", "the shape's GPUs"
         CPU = "cpu", "CPU (development only)"
 
-    ACTIVE = (Status.QUEUED, Status.RUNNING)
-    FINISHED = (Status.SUCCEEDED, Status.FAILED)
-
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.ENGINE)
     shape = models.ForeignKey(ReplicaShape, on_delete=models.CASCADE, related_name="benchmark_runs")
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.MANUAL)
     reason = models.CharField(
         max_length=500, blank=True, help_text="Why the run was requested (stale figure, …)."
@@ -83,18 +75,8 @@ class BenchmarkRun(models.Model):
         default=Device.GPU,
         help_text="Where the engine benchmark runs; CPU figures describe the host, not the GPU.",
     )
-    requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="+",
-    )
     requested_at = models.DateTimeField(default=timezone.now)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
     task_id = models.CharField(max_length=64, blank=True, help_text="Celery task id.")
-    error = models.TextField(blank=True)
     results = models.JSONField(
         default=dict, blank=True, help_text="Every measured point, in the units it names."
     )
@@ -138,17 +120,6 @@ class BenchmarkRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} of {self.shape} #{self.pk}: {self.status}"
-
-    @property
-    def is_active(self) -> bool:
-        return self.status in self.ACTIVE
-
-    @property
-    def duration_s(self) -> float | None:
-        """Seconds from start to end; None until the run has both."""
-        if self.started_at is None or self.finished_at is None:
-            return None
-        return (self.finished_at - self.started_at).total_seconds()
 
     @property
     def figure_source(self) -> str:
@@ -219,7 +190,7 @@ class BenchmarkEndpoint(Revisioned):
     timeout_s = models.FloatField(
         default=60.0,
         validators=[
-            _finite,
+            finite,
             MinValueValidator(0.1),
             MaxValueValidator(MAX_ENDPOINT_TIMEOUT_S),
         ],
@@ -275,10 +246,7 @@ class BenchmarkEndpoint(Revisioned):
         if self.served_model_name and not self.served_model_name.strip():
             errors["served_model_name"] = "Give the model name the endpoint serves."
         if self.max_concurrency is None and self.shape_id is not None:
-            # Imported here: the selectors module imports this one.
-            from controlplane.benchmarks.selectors import freshest_figure
-
-            figure = freshest_figure(self.shape)
+            figure = planning_figure(shape=self.shape)
             if figure is None:
                 errors["max_concurrency"] = (
                     "Give the replica's maximum concurrency: the shape has no capacity figure "

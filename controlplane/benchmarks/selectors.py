@@ -27,6 +27,7 @@ from django.utils import timezone
 from controlplane.benchmarks.conf import benchmark_settings
 from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun
 from controlplane.fleet.models import CapacityFigure, LlmModel, ReplicaShape
+from controlplane.fleet.selectors import planning_figure
 from controlplane.policies.models import WorkloadProfile
 
 # Used when a model has no workload profile yet (tokens): a chat-like mix.
@@ -141,9 +142,9 @@ def shape_fingerprint(shape: ReplicaShape) -> dict[str, Any]:
 
 
 def freshest_figure(shape: ReplicaShape) -> CapacityFigure | None:
-    """The freshest whole-mix figure of the shape, else its freshest figure of any class."""
-    figures = CapacityFigure.objects.filter(shape=shape).order_by("-measured_at", "-pk")
-    return figures.filter(workload_class__isnull=True).first() or figures.first()
+    """The figure planning uses for the shape (``fleet.selectors.planning_figure``): the one
+    whose freshness and concurrency the benchmarks judge."""
+    return planning_figure(shape=shape)
 
 
 def refresh_reasons(

@@ -41,8 +41,9 @@ from django.utils import timezone
 from controlplane.benchmarks import selectors
 from controlplane.benchmarks.conf import BenchmarkSettings, benchmark_settings
 from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun
+from controlplane.core.schedule import ScheduledTask
+from controlplane.core.tasks import task_send
 from controlplane.fleet.models import GB, CapacityFigure, ReplicaShape, WorkloadClass
-from controlplane.schedule import ScheduledTask
 
 if TYPE_CHECKING:  # the load test's modules need the bench extra (Ray, aiohttp)
     from workers.benchmarks.loadgen import LoadGeneratorPool
@@ -146,16 +147,11 @@ def benchmark_run_request(
 
 
 def _enqueue_engine(run_id: int) -> None:
-    # Imported here: the task module imports this one.
-    from workers.tasks.benchmarks import engine
-
-    engine.delay(run_id)
+    task_send(ENGINE_TASK, run_id)
 
 
 def _enqueue_endpoint(run_id: int) -> None:
-    from workers.tasks.benchmarks import endpoint
-
-    endpoint.delay(run_id)
+    task_send(ENDPOINT_TASK, run_id)
 
 
 # -- running ------------------------------------------------------------------------------------

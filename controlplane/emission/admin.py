@@ -11,6 +11,7 @@ from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest
 from simple_history.admin import SimpleHistoryAdmin
 
+from controlplane.core.admin import ListActionsOnlyAdminMixin, ReadOnlyAdminMixin
 from controlplane.emission import services
 from controlplane.emission.models import AllocationSink, DeliveryAttempt, OutboxEntry
 
@@ -142,7 +143,7 @@ class AllocationSinkAdmin(SimpleHistoryAdmin):
         return int(getattr(sink, "_failed", 0))
 
 
-class DeliveryAttemptInline(admin.TabularInline):
+class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = DeliveryAttempt
     fields = [
         "number",
@@ -158,15 +159,9 @@ class DeliveryAttemptInline(admin.TabularInline):
     can_delete = False
     ordering = ["-number", "-pk"]
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
 
 @admin.register(OutboxEntry)
-class OutboxEntryAdmin(admin.ModelAdmin):
+class OutboxEntryAdmin(ListActionsOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[misc]
     list_display = [
         "plan_version",
         "sink",
@@ -201,18 +196,6 @@ class OutboxEntryAdmin(admin.ModelAdmin):
     fields = readonly_fields
     inlines = [DeliveryAttemptInline]
     actions = ["retry_now"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # A row's page is read-only for everyone: saving it would write back a status the
-        # dispatcher may have changed meanwhile. The changelist's retry action still needs
-        # the change permission.
-        return obj is None and super().has_change_permission(request)
 
     @admin.display(description="plan", ordering="plan__version")
     def plan_version(self, entry: OutboxEntry) -> str:

@@ -10,17 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
+from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers, viewsets
+from rest_framework import serializers
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
+from rest_framework.filters import SearchFilter
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api import filters as api_filters
-from controlplane.api.permissions import POLICY_ADMIN, ROLES, RolePermission
 from controlplane.api.serializers import RecordSerializer
-from controlplane.api.viewsets import ID_PATTERN, RecordViewSet
+from controlplane.api.viewsets import RecordViewSet
+from controlplane.core.api import ReadOnlyViewSet, StableOrderingFilter
 from controlplane.emission import services
 from controlplane.emission.models import AllocationSink, DeliveryAttempt, OutboxEntry
 
@@ -140,29 +141,15 @@ class OutboxFilter(django_filters.FilterSet):
         fields = ("status", "sink", "plan", "region")
 
 
-class OutboxEntryViewSet(viewsets.ReadOnlyModelViewSet):
+class OutboxEntryViewSet(ReadOnlyViewSet):
     """Outbox rows, newest first; ``?status=failed`` lists what needs attention."""
 
-    permission_classes = [RolePermission]
-    read_roles = frozenset(ROLES)
-    write_roles = frozenset({POLICY_ADMIN})
     queryset = OutboxEntry.objects.select_related("plan", "sink")
     serializer_class = OutboxEntrySerializer
     filterset_class = OutboxFilter
-    filter_backends = RecordViewSet.filter_backends
-    pagination_class = api_filters.RecordPagination
-    lookup_value_regex = ID_PATTERN
+    filter_backends = [DjangoFilterBackend, StableOrderingFilter, SearchFilter]
     search_fields = ("idempotency_key", "region")
     ordering_fields = ("id", "created_at", "next_attempt_at", "status", "attempts")
-
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        super().initial(request, *args, **kwargs)
-        # As on every record endpoint: PostgreSQL text cannot hold NUL, so refuse it here.
-        for key, values in request.query_params.lists():
-            if "\x00" in key or any("\x00" in value for value in values):
-                raise ValidationError(
-                    {key.replace("\x00", ""): ["Query parameters may not contain NUL."]}
-                )
 
     def get_queryset(self) -> Any:
         queryset = super().get_queryset()

@@ -1,8 +1,7 @@
 """Emission settings, read at call time.
 
-Each value comes from the Django setting of that name when the settings module defines it
-(tests override them with pytest-django's ``settings``), else from the environment variable of
-that name, else the default below. A value that is present but malformed is an error.
+Read with ``controlplane.core.conf`` (the Django setting of the same name, else the
+environment variable, else the default below; a malformed value is an error).
 
 - ``HEADROOM_EMISSION_ROOT``: the folder file and Kubernetes sinks write under; a sink's
   ``directory`` is relative to it (default ``<HEADROOM_VAR_DIR>/emission``). Keeping every
@@ -21,13 +20,13 @@ that name, else the default below. A value that is present but malformed is an e
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+
+from controlplane.core.conf import setting_int, setting_number, setting_text
 
 
 @dataclass(frozen=True)
@@ -41,49 +40,24 @@ class EmissionSettings:
     hpa_metric: str
 
 
-def _raw(name: str) -> Any:
-    if hasattr(settings, name):
-        return getattr(settings, name)
-    value = os.environ.get(name)
-    return None if value is None or value.strip() == "" else value
-
-
-def _number(name: str, default: float, *, minimum: float, integral: bool = False) -> float:
-    raw = _raw(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw) if integral else float(raw)
-    except (TypeError, ValueError) as exc:
-        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from exc
-    if not value >= minimum:  # also refuses NaN
-        raise ImproperlyConfigured(f"{name} must be at least {minimum:g}, got {raw!r}")
-    return value
-
-
-def _text(name: str, default: str) -> str:
-    raw = _raw(name)
-    return default if raw is None else str(raw)
-
-
 def emission_settings() -> EmissionSettings:
     """The current emission settings, checked."""
     var_dir = Path(getattr(settings, "VAR_DIR", Path.cwd() / "var"))
-    base = _number("HEADROOM_EMISSION_BACKOFF_BASE_S", 10.0, minimum=0.0)
-    cap = _number("HEADROOM_EMISSION_BACKOFF_MAX_S", 3600.0, minimum=0.0)
+    base = setting_number("HEADROOM_EMISSION_BACKOFF_BASE_S", 10.0, minimum=0.0)
+    cap = setting_number("HEADROOM_EMISSION_BACKOFF_MAX_S", 3600.0, minimum=0.0)
     if cap < base:
         raise ImproperlyConfigured(
             "HEADROOM_EMISSION_BACKOFF_MAX_S must be at least HEADROOM_EMISSION_BACKOFF_BASE_S"
         )
-    metric = _text("HEADROOM_HPA_METRIC", "llm_inflight_requests")
-    if not metric.strip():
+    metric = setting_text("HEADROOM_HPA_METRIC", "llm_inflight_requests")
+    if not metric:
         raise ImproperlyConfigured("HEADROOM_HPA_METRIC must name a metric")
     return EmissionSettings(
-        root=Path(_text("HEADROOM_EMISSION_ROOT", str(var_dir / "emission"))),
+        root=Path(setting_text("HEADROOM_EMISSION_ROOT", str(var_dir / "emission"))),
         backoff_base_s=base,
         backoff_max_s=cap,
-        claim_s=_number("HEADROOM_EMISSION_CLAIM_S", 300.0, minimum=1.0),
-        batch=int(_number("HEADROOM_EMISSION_BATCH", 100, minimum=1, integral=True)),
-        kubectl=_text("HEADROOM_KUBECTL", "kubectl"),
-        hpa_metric=metric.strip(),
+        claim_s=setting_number("HEADROOM_EMISSION_CLAIM_S", 300.0, minimum=1.0),
+        batch=setting_int("HEADROOM_EMISSION_BATCH", 100, minimum=1),
+        kubectl=setting_text("HEADROOM_KUBECTL", "kubectl"),
+        hpa_metric=metric,
     )

@@ -26,6 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
+from controlplane.core.validators import finite
 from controlplane.emission.conf import emission_settings
 from controlplane.plans.models import Plan
 
@@ -45,12 +46,6 @@ _SINK_NAME = RegexValidator(
     "Use letters, digits and . _ - (starting with a letter or digit).",
 )
 _DIRECTORY_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
-
-
-def _finite_timeout(value: float) -> None:
-    # NaN passes every range check; refuse it explicitly.
-    if value != value:
-        raise ValidationError("Must be a number.")
 
 
 class AllocationSink(models.Model):
@@ -85,7 +80,7 @@ class AllocationSink(models.Model):
     )
     timeout_s = models.FloatField(
         default=10.0,
-        validators=[_finite_timeout, MinValueValidator(0.1), MaxValueValidator(MAX_TIMEOUT_S)],
+        validators=[finite, MinValueValidator(0.1), MaxValueValidator(MAX_TIMEOUT_S)],
         help_text="Longest one delivery attempt may take, seconds (HTTP request or kubectl).",
     )
     namespace = models.CharField(
@@ -260,3 +255,8 @@ class DeliveryAttempt(models.Model):
     @property
     def duration_ms(self) -> float:
         return (self.finished_at - self.started_at).total_seconds() * 1000.0
+
+
+# The name earlier migrations give this validator (it refused NaN only; infinity is
+# refused by the range check anyway).
+_finite_timeout = finite

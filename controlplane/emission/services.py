@@ -25,6 +25,8 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from controlplane.core.schedule import ScheduledTask
+from controlplane.core.tasks import task_send
 from controlplane.emission import sinks
 from controlplane.emission.conf import emission_settings
 from controlplane.emission.models import AllocationSink, DeliveryAttempt, OutboxEntry
@@ -35,7 +37,6 @@ from controlplane.emission.payload import (
     region_documents,
 )
 from controlplane.plans.models import Plan
-from controlplane.schedule import ScheduledTask
 
 logger = logging.getLogger(__name__)
 
@@ -162,9 +163,7 @@ def outbox_enqueue_for_plan(*, plan: Plan) -> list[OutboxEntry]:
 
 def outbox_kick() -> None:
     """Ask a worker to dispatch now (after a commit); the periodic run is the safety net."""
-    from workers.tasks.emission import dispatch
-
-    dispatch.delay()
+    task_send(DISPATCH_TASK)
 
 
 def retry_delay_s(attempts: int, *, rng: random.Random | None = None) -> float:

@@ -8,49 +8,25 @@ pool a shape leaves) come from ``planner.capacity.memory``, the one place those 
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
+from controlplane.core.validators import (
+    finite,
+    fraction_open_closed,
+    non_negative,
+    positive,
+    slug_validator,
+)
 from planner.capacity import memory
 
 GB = memory.GB
-
-slug_validator = RegexValidator(
-    r"^[a-z0-9][a-z0-9._/-]*$",
-    "Use lower-case letters, digits and . _ / - (starting with a letter or digit).",
-)
-
-
-def _finite(value: float) -> None:
-    """Refuse NaN and infinity: NaN compares false with every bound, so range checks alone
-    let it through (a YAML scenario can spell ``.nan`` and ``.inf``)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValidationError("Must be a finite number.")
-
-
-def _positive(value: float) -> None:
-    _finite(value)
-    if value is None or value <= 0:
-        raise ValidationError("Must be greater than zero.")
-
-
-def _non_negative(value: float) -> None:
-    _finite(value)
-    if value is None or value < 0:
-        raise ValidationError("Must be zero or more.")
-
-
-def _fraction_open_closed(value: float) -> None:
-    """A utilisation target: in (0, 1]."""
-    if value is None or not (0 < value <= 1):
-        raise ValidationError("Must be greater than 0 and at most 1.")
 
 
 class Geography(models.Model):
@@ -73,7 +49,7 @@ class Region(models.Model):
     geography = models.ForeignKey(Geography, on_delete=models.PROTECT, related_name="regions")
     price_multiplier = models.FloatField(
         default=1.0,
-        validators=[_positive],
+        validators=[positive],
         help_text="Multiplies every GPU-hour price in this region (1.0 = list price).",
     )
     history = HistoricalRecords()
@@ -108,7 +84,7 @@ class RegionLink(models.Model):
 
     region_a = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="+")
     region_b = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="+")
-    rtt_ms = models.FloatField(validators=[_non_negative])
+    rtt_ms = models.FloatField(validators=[non_negative])
     history = HistoricalRecords()
 
     class Meta:
@@ -135,11 +111,11 @@ class RegionLink(models.Model):
 
 class AcceleratorType(models.Model):
     name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
-    memory_gb = models.FloatField(validators=[_positive], help_text="GPU memory, decimal GB.")
-    peak_bf16_tflops = models.FloatField(validators=[_positive], help_text="Dense bf16 TFLOP/s.")
-    memory_tbps = models.FloatField(validators=[_positive], help_text="Memory bandwidth, TB/s.")
-    on_demand_price_per_gpu_hour = models.FloatField(validators=[_positive])
-    reserved_price_per_gpu_hour = models.FloatField(validators=[_positive])
+    memory_gb = models.FloatField(validators=[positive], help_text="GPU memory, decimal GB.")
+    peak_bf16_tflops = models.FloatField(validators=[positive], help_text="Dense bf16 TFLOP/s.")
+    memory_tbps = models.FloatField(validators=[positive], help_text="Memory bandwidth, TB/s.")
+    on_demand_price_per_gpu_hour = models.FloatField(validators=[positive])
+    reserved_price_per_gpu_hour = models.FloatField(validators=[positive])
     history = HistoricalRecords()
 
     class Meta:
@@ -188,15 +164,15 @@ class LlmModel(models.Model):
     """A served model's architecture: enough to derive weight and KV-cache memory."""
 
     name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
-    parameters_billions = models.FloatField(validators=[_positive])
+    parameters_billions = models.FloatField(validators=[positive])
     bytes_per_parameter = models.FloatField(
-        default=2.0, validators=[_positive], help_text="2 for bf16, 1 for 8-bit, 0.5 for 4-bit."
+        default=2.0, validators=[positive], help_text="2 for bf16, 1 for 8-bit, 0.5 for 4-bit."
     )
     layers = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     kv_heads = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     head_dim = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     kv_bytes_per_element = models.FloatField(
-        default=2.0, validators=[_positive], help_text="2 for a bf16 KV cache, 1 for fp8."
+        default=2.0, validators=[positive], help_text="2 for a bf16 KV cache, 1 for fp8."
     )
     # The rest of the architecture, which the engine benchmark builds the model from (random
     # weights of these dimensions). Optional: weight and KV memory need only the fields above.
@@ -274,13 +250,13 @@ class ReplicaShape(models.Model):
     gpus_per_replica = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     runtime_reserve_gb_per_gpu = models.FloatField(
         default=6.0,
-        validators=[_non_negative],
+        validators=[non_negative],
         help_text="Memory per GPU held by the runtime and activations, decimal GB.",
     )
     target_utilization = models.FloatField(
         null=True,
         blank=True,
-        validators=[_fraction_open_closed],
+        validators=[fraction_open_closed],
         help_text="Planning utilisation for this shape; empty = the fleet default.",
     )
     runtime_version = models.CharField(max_length=64, blank=True)
@@ -364,13 +340,13 @@ class CapacityFigure(models.Model):
         blank=True,
         related_name="figures",
     )
-    prefill_tokens_per_s = models.FloatField(validators=[_positive])
-    decode_tokens_per_s = models.FloatField(validators=[_positive])
+    prefill_tokens_per_s = models.FloatField(validators=[positive])
+    decode_tokens_per_s = models.FloatField(validators=[positive])
     max_concurrency = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     knee_requests_per_s = models.FloatField(
         null=True,
         blank=True,
-        validators=[_positive],
+        validators=[positive],
         help_text="Highest open-loop rate whose p95 TTFT met the target.",
     )
     measured_at = models.DateTimeField(default=timezone.now)
@@ -405,3 +381,10 @@ class CapacityFigure(models.Model):
             raise ValidationError({"measured_at": "A measurement cannot be in the future."})
         if not isinstance(self.provenance, dict):
             raise ValidationError({"provenance": "Must be a JSON object."})
+
+
+# The names earlier migrations give these validators.
+_finite = finite
+_positive = positive
+_non_negative = non_negative
+_fraction_open_closed = fraction_open_closed

@@ -19,26 +19,14 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from controlplane.api.permissions import POLICY_ADMIN, user_roles
+from controlplane.core.admin import ReadOnlyAdminMixin
+from controlplane.core.roles import POLICY_ADMIN, user_roles
 from controlplane.plans import services
 from controlplane.plans.models import Plan, PlanAllocation, ReplanRun
 
 
 def _is_policy_admin(request: HttpRequest) -> bool:
     return POLICY_ADMIN in user_roles(request.user)
-
-
-class ReadOnlyAdminMixin:
-    """Viewable by whoever has the view permission; never added, changed or deleted here."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class PlanAllocationInline(ReadOnlyAdminMixin, admin.TabularInline):  # type: ignore[type-arg]

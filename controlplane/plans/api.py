@@ -12,18 +12,14 @@ from typing import Any
 import django_filters
 from django.db.models import QuerySet
 from django.urls import reverse
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import exceptions, status, viewsets
+from rest_framework import exceptions, status
 from rest_framework.decorators import action
-from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
-from controlplane.api.filters import RecordPagination, StableOrderingFilter
-from controlplane.api.parsers import StrictJSONParser
-from controlplane.api.permissions import POLICY_ADMIN, ROLES, RolePermission
+from controlplane.core.api import ReadOnlyViewSet
 from controlplane.plans import selectors, services
 from controlplane.plans.models import Plan, ReplanRun
 from controlplane.plans.serializers import (
@@ -35,7 +31,6 @@ from controlplane.plans.serializers import (
 )
 
 # Ids are bigints: longer digit strings cannot name a row (and would overflow the lookup).
-ID_PATTERN = "[0-9]{1,18}"
 
 
 class PlanFilter(django_filters.FilterSet):  # type: ignore[misc]
@@ -50,31 +45,12 @@ class ReplanRunFilter(django_filters.FilterSet):  # type: ignore[misc]
         fields = ("status", "trigger")
 
 
-class _ReadViewSet(viewsets.ReadOnlyModelViewSet[Any]):
-    permission_classes = [RolePermission]
-    read_roles = frozenset(ROLES)
-    write_roles = frozenset({POLICY_ADMIN})
-    parser_classes = [StrictJSONParser, FormParser, MultiPartParser]
-    filter_backends = [DjangoFilterBackend, StableOrderingFilter]
-    pagination_class = RecordPagination
-    lookup_value_regex = ID_PATTERN
-
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        super().initial(request, *args, **kwargs)
-        # PostgreSQL text cannot hold NUL; refuse it here rather than as a database error.
-        for key, values in request.query_params.lists():
-            if "\x00" in key or any("\x00" in value for value in values):
-                raise exceptions.ValidationError(
-                    {key.replace("\x00", ""): ["Query parameters may not contain NUL."]}
-                )
-
-
 def _validate_body(serializer_class: type[BaseSerializer[Any]], request: Request) -> None:
     serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
 
 
-class PlanViewSet(_ReadViewSet):
+class PlanViewSet(ReadOnlyViewSet):
     """Stored plans, newest first, with their allocations, routing, diff and explanation."""
 
     filterset_class = PlanFilter
@@ -158,7 +134,7 @@ class PlanViewSet(_ReadViewSet):
         return selectors.plan_detail_queryset().get(pk=plan.pk)
 
 
-class ReplanRunViewSet(_ReadViewSet):
+class ReplanRunViewSet(ReadOnlyViewSet):
     """Re-plan runs, newest first: status, timing, attempts, error, the plan they made and the
     reason they were requested (the drift alerts behind a drift re-plan)."""
 

@@ -1,8 +1,7 @@
 """Re-planning settings, read at call time.
 
-Each value comes from the Django setting of the same name when the settings module defines it
-(tests override them with pytest-django's ``settings``), else from the environment variable of
-that name, else the default below. A value that is present but malformed is an error.
+Read with ``controlplane.core.conf`` (the Django setting of the same name, else the
+environment variable, else the default below; a malformed value is an error).
 
 - ``HEADROOM_REPLAN_TIME_LIMIT_S`` (6): time limit of the solve a plan is made from, seconds.
 - ``HEADROOM_REPLAN_BAND_TIME_LIMIT_S`` (1.5): time limit of each of the two extra solves at the
@@ -23,16 +22,11 @@ that name, else the default below. A value that is present but malformed is an e
 
 from __future__ import annotations
 
-import math
-import os
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-T = TypeVar("T", int, float)
+from controlplane.core.conf import setting_int, setting_number
 
 
 @dataclass(frozen=True)
@@ -50,29 +44,8 @@ class ReplanSettings:
     history_days: int
 
 
-def _read(name: str, cast: Callable[[Any], T], default: T) -> T:
-    if hasattr(settings, name):
-        raw: Any = getattr(settings, name)
-    else:
-        raw = os.environ.get(name)
-        if raw is None or raw.strip() == "":
-            return default
-    try:
-        value = cast(raw)
-    except (TypeError, ValueError) as exc:
-        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from exc
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ImproperlyConfigured(f"{name} must be a finite number, got {raw!r}")
-    return value
-
-
-def _positive(name: str, value: T) -> T:
-    if value <= 0:
-        raise ImproperlyConfigured(f"{name} must be greater than zero, got {value!r}")
-    return value
-
-
-def _quantile(name: str, value: float) -> float:
+def _quantile(name: str, default: float) -> float:
+    value = setting_number(name, default)
     if not 0 < value < 1:
         raise ImproperlyConfigured(f"{name} must be in (0, 1), got {value!r}")
     return value
@@ -80,38 +53,20 @@ def _quantile(name: str, value: float) -> float:
 
 def replan_settings() -> ReplanSettings:
     """The current re-planning settings, checked."""
-    low = _quantile("HEADROOM_FORECAST_BAND_LOW", _read("HEADROOM_FORECAST_BAND_LOW", float, 0.1))
-    high = _quantile(
-        "HEADROOM_FORECAST_BAND_HIGH", _read("HEADROOM_FORECAST_BAND_HIGH", float, 0.99)
-    )
+    low = _quantile("HEADROOM_FORECAST_BAND_LOW", 0.1)
+    high = _quantile("HEADROOM_FORECAST_BAND_HIGH", 0.99)
     if low >= high:
         raise ImproperlyConfigured(
             f"HEADROOM_FORECAST_BAND_LOW ({low}) must be below HEADROOM_FORECAST_BAND_HIGH ({high})"
         )
-    seed = _read("HEADROOM_REPLAN_SOLVER_SEED", int, 0)
-    if seed < 0:
-        raise ImproperlyConfigured(f"HEADROOM_REPLAN_SOLVER_SEED must be 0 or more, got {seed}")
     return ReplanSettings(
-        time_limit_s=_positive(
-            "HEADROOM_REPLAN_TIME_LIMIT_S", _read("HEADROOM_REPLAN_TIME_LIMIT_S", float, 6.0)
-        ),
-        band_time_limit_s=_positive(
-            "HEADROOM_REPLAN_BAND_TIME_LIMIT_S",
-            _read("HEADROOM_REPLAN_BAND_TIME_LIMIT_S", float, 1.5),
-        ),
-        solver_workers=_positive(
-            "HEADROOM_REPLAN_SOLVER_WORKERS", _read("HEADROOM_REPLAN_SOLVER_WORKERS", int, 2)
-        ),
-        solver_seed=seed,
-        lock_ttl_s=_positive(
-            "HEADROOM_PLANNER_LOCK_TTL_S", _read("HEADROOM_PLANNER_LOCK_TTL_S", float, 900.0)
-        ),
+        time_limit_s=setting_number("HEADROOM_REPLAN_TIME_LIMIT_S", 6.0, positive=True),
+        band_time_limit_s=setting_number("HEADROOM_REPLAN_BAND_TIME_LIMIT_S", 1.5, positive=True),
+        solver_workers=setting_int("HEADROOM_REPLAN_SOLVER_WORKERS", 2, positive=True),
+        solver_seed=setting_int("HEADROOM_REPLAN_SOLVER_SEED", 0, minimum=0),
+        lock_ttl_s=setting_number("HEADROOM_PLANNER_LOCK_TTL_S", 900.0, positive=True),
         band_low=low,
         band_high=high,
-        horizon_hours=_positive(
-            "HEADROOM_FORECAST_HORIZON_HOURS", _read("HEADROOM_FORECAST_HORIZON_HOURS", int, 168)
-        ),
-        history_days=_positive(
-            "HEADROOM_FORECAST_HISTORY_DAYS", _read("HEADROOM_FORECAST_HISTORY_DAYS", int, 56)
-        ),
+        horizon_hours=setting_int("HEADROOM_FORECAST_HORIZON_HOURS", 168, positive=True),
+        history_days=setting_int("HEADROOM_FORECAST_HISTORY_DAYS", 56, positive=True),
     )

@@ -41,6 +41,7 @@ import numpy as np
 
 from controlplane.plans.conf import ReplanSettings
 from controlplane.policies.models import Tier, WorkloadProfile
+from controlplane.telemetry.selectors import request_rate_history
 from planner.errors import PlannerInputError
 from planner.forecast import HOURS_PER_WEEK, fit_demand
 
@@ -56,22 +57,10 @@ RATE_DIGITS = 6
 DEFAULT_QUANTILE = 0.9
 
 
-def rate_history(*, start: datetime, end: datetime) -> RateHistory | None:
-    """Request-rate history in [start, end) per (tenant, model, region), from telemetry.
-
-    The seam to the telemetry app: its selector
-    ``controlplane.telemetry.selectors.request_rate_history(*, start, end)`` returns the mapping
-    described by :data:`RateHistory`. None when the telemetry app offers no such selector:
-    the declared profiles then stand for every demand.
-    """
-    try:
-        from controlplane.telemetry import selectors
-    except ImportError:
-        return None
-    read = getattr(selectors, "request_rate_history", None)
-    if read is None:
-        return None
-    history: RateHistory = read(start=start, end=end)
+def rate_history(*, start: datetime, end: datetime) -> RateHistory:
+    """Request-rate history in [start, end) per (tenant, model, region), from the telemetry
+    store (``controlplane.telemetry.selectors.request_rate_history``)."""
+    history: RateHistory = request_rate_history(start=start, end=end)
     return history
 
 

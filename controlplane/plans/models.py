@@ -9,6 +9,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from controlplane.core.jobs import Job
+
 
 class Plan(models.Model):
     class State(models.TextChoices):
@@ -124,32 +126,17 @@ class PlanRouting(models.Model):
         return f"{self.demand} → {self.region}/{self.shape}: {self.requests_per_s:g}/s"
 
 
-class ReplanRun(models.Model):
+class ReplanRun(Job):
     """One attempt to re-plan: a job row that owns status, timing and errors."""
 
-    class Status(models.TextChoices):
-        QUEUED = "queued", "queued"
-        RUNNING = "running", "running"
-        SUCCEEDED = "succeeded", "succeeded"
-        UNCHANGED = "unchanged", "inputs unchanged"
-        FAILED = "failed", "failed"
-        SKIPPED = "skipped", "skipped (another re-plan was running)"
-
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     trigger = models.CharField(max_length=16, choices=Plan.Trigger.choices)
-    requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
     plan = models.ForeignKey(
         Plan, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
     created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(
         default=0, help_text="Times a worker started this run; above 1 after a redelivery."
     )
-    error = models.TextField(blank=True)
     reason = models.TextField(
         blank=True,
         help_text="Why it was requested beyond its trigger, e.g. the drift alerts behind it.",

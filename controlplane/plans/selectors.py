@@ -10,8 +10,9 @@ from typing import Any
 from django.conf import settings
 from django.db.models import QuerySet
 
+from controlplane.fleet.models import ReplicaShape
+from controlplane.fleet.selectors import planning_figures
 from controlplane.plans.models import Plan, ReplanRun
-from controlplane.scenarios.services import _shapes_with_figures
 
 
 def plan_active(*, for_update: bool = False) -> Plan | None:
@@ -45,14 +46,15 @@ def stale_figures(*, shape_names: Iterable[str]) -> list[dict[str, Any]]:
     """The capacity figures older than ``HEADROOM_CAPACITY_MAX_AGE_DAYS`` among those the
     placement problem's shapes were built from, one entry per shape (oldest first).
 
-    The figure of each shape is the one the export chose (the freshest whole-mix figure, else
-    the freshest of any class), taken from the export's own selection so the flag names
-    exactly the measurement the plan rests on.
+    The figure of each shape is the one planning uses (``fleet.selectors.planning_figures``),
+    the one the problem was built from, so the flag names exactly the measurement the plan
+    rests on.
     """
-    wanted = set(shape_names)
+    shapes = {shape.pk: shape for shape in ReplicaShape.objects.filter(name__in=set(shape_names))}
     out = []
-    for shape, figure in _shapes_with_figures(lambda message: None):
-        if shape.name not in wanted or not figure.is_stale:
+    for shape_id, figure in planning_figures(shape_ids=shapes).items():
+        shape = shapes[shape_id]
+        if not figure.is_stale:
             continue
         out.append(
             {

@@ -35,16 +35,17 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from django.conf import settings as django_settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from controlplane.api.permissions import POLICY_ADMIN, user_roles
+from controlplane.core.roles import POLICY_ADMIN, user_roles
+from controlplane.core.schedule import ScheduledTask
+from controlplane.core.tasks import task_send
 from controlplane.plans import lock, selectors
 from controlplane.plans.conf import ReplanSettings, replan_settings
 from controlplane.plans.demand import (
@@ -57,17 +58,16 @@ from controlplane.plans.demand import (
 from controlplane.plans.diff import PlanDocuments, plan_diff, serves_less
 from controlplane.plans.explanation import plan_explanation, stale_sentences
 from controlplane.plans.models import Plan, PlanAllocation, PlanDecision, PlanRouting, ReplanRun
-from controlplane.scenarios.services import problem_export
-from controlplane.schedule import ScheduledTask
+from controlplane.plans.problem import problem_export
+from controlplane.plans.signals import plan_activated
+from controlplane.telemetry.models import DriftAlert
 from planner import placement
-
-if TYPE_CHECKING:
-    from controlplane.telemetry.models import DriftAlert
 
 logger = logging.getLogger(__name__)
 
 Actor = AbstractBaseUser | AnonymousUser
 
+REPLAN_TASK = "headroom.plans.replan"
 # Runs in these states may still be executed; any other state is final.
 OPEN_STATUSES = (ReplanRun.Status.QUEUED, ReplanRun.Status.RUNNING)
 # How often a run waiting for the lock tries again, seconds.
@@ -174,25 +174,8 @@ def drift_reason(alerts: Sequence[DriftAlert]) -> str:
     return f"Drift {noun} {ids}: " + "; ".join(alert.message for alert in alerts)
 
 
-def replan_for_drift(*, alerts: Sequence[DriftAlert]) -> ReplanRun | None:
-    """Request a re-plan (trigger ``drift``) for newly raised drift alerts.
-
-    None, and nothing requested, when there are no alerts or ``HEADROOM_REPLAN_ON_DRIFT`` is
-    off. Requesting one while another re-plan runs, or for inputs that have not changed, is
-    harmless: the planner lock runs one at a time and unchanged inputs make no new plan.
-    """
-    if not alerts or not django_settings.HEADROOM_REPLAN_ON_DRIFT:
-        return None
-    run = replan_request(trigger=Plan.Trigger.DRIFT, reason=drift_reason(alerts))
-    logger.info("re-plan run %s requested for drift alerts %s", run.pk, [a.pk for a in alerts])
-    return run
-
-
 def _enqueue(run_id: int) -> None:
-    # Imported here: the task module imports this one.
-    from workers.tasks.plans import replan
-
-    replan.delay(run_id)
+    task_send(REPLAN_TASK, run_id)
 
 
 def replan_execute(*, run_id: int, wait_s: float = 0.0) -> ReplanRun | None:
@@ -525,21 +508,9 @@ def _store_rows(*, plan: Plan, problem: Mapping[str, Any], solution: Mapping[str
 # -- activation, approval, rejection ----------------------------------------------------------
 
 
-def _emission_hook() -> Any:
-    """``controlplane.emission.services.outbox_enqueue_for_plan``, or None where the emission
-    app is not installed (no sinks: nothing to emit)."""
-    try:
-        from controlplane.emission.services import outbox_enqueue_for_plan
-    except ModuleNotFoundError as exc:
-        if exc.name in ("controlplane.emission", "controlplane.emission.services"):
-            return None
-        raise
-    return outbox_enqueue_for_plan
-
-
 def plan_activate(*, plan: Plan, user: Actor | None = None) -> Plan:
-    """Make ``plan`` the active plan: the active one becomes superseded, and the plan's
-    allocations are handed to emission (its outbox) in the same transaction.
+    """Make ``plan`` the active plan: the active one becomes superseded, and ``plan_activated``
+    is sent in the same transaction (the pipeline hands the plan to emission's outbox there).
 
     ``user`` is recorded as the approver. Refuses a plan that was rejected, superseded or made
     from an invalid problem (``ValidationError``). Activating the active plan changes nothing.
@@ -566,9 +537,7 @@ def plan_activate(*, plan: Plan, user: Actor | None = None) -> Plan:
             plan.approved_by = _recorded(user)
         plan.full_clean()
         plan.save(update_fields=["state", "activated_at", "approved_by"])
-        hook = _emission_hook()
-        if hook is not None:
-            hook(plan=plan)
+        plan_activated.send(sender=Plan, plan=plan)
     return plan
 
 

@@ -23,8 +23,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
-from controlplane.api.permissions import POLICY_ADMIN, user_roles
-from controlplane.api.services import tenant_save
+from controlplane.core.roles import POLICY_ADMIN, user_roles
 from controlplane.fleet.models import Region
 from controlplane.plans import selectors
 from controlplane.plans.conf import replan_settings
@@ -32,6 +31,7 @@ from controlplane.plans.diff import PlanDocuments, plan_diff
 from controlplane.plans.models import Plan
 from controlplane.plans.services import Actor, ReplanInputs, _solve, _with_previous, replan_inputs
 from controlplane.policies.models import Tenant, Tier
+from controlplane.policies.services import tenant_save
 
 # Largest traffic multiplier a what-if takes: beyond it the question is a different fleet.
 MAX_TRAFFIC_FACTOR = 100.0

@@ -8,10 +8,11 @@ keeps its audit trail through ``SimpleHistoryAdmin``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.contrib import admin
-from django.db import router, transaction
 from django.db.models import Count, Model, QuerySet
 from django.forms import BaseInlineFormSet, ModelForm
 from django.http import HttpRequest, HttpResponse
@@ -20,12 +21,74 @@ from simple_history.models import DeletedObject
 from simple_history.template_utils import HistoricalRecordContextHelper
 from simple_history.utils import get_m2m_reverse_field_name
 
-from controlplane.api.history import history_entries
-from controlplane.api.services import tenant_save
+from controlplane.core.admin import RevisionCheckedForm, RevisionedAdmin, reverting
 from controlplane.fleet.admin_forms import HUMAN_LABELS, HumanFieldsMixin
 from controlplane.fleet.models import Region
-from controlplane.policies.forms import RevisionCheckedForm, TenantAdminForm
+from controlplane.policies.forms import TenantAdminForm
 from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
+from controlplane.policies.services import tenant_save
+
+QUOTA_FIELDS = (
+    "budget_rate_replica_s_per_s",
+    "budget_burst_replica_s",
+    "tokens_per_minute_limit",
+    "tokens_per_minute_burst",
+)
+KINDS = {"+": "created", "~": "changed", "-": "deleted"}
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    field: str
+    before: Any
+    after: Any
+
+
+@dataclass(frozen=True)
+class QuotaChange:
+    """One history row of a tenant's quota, for the tenant's history page."""
+
+    date: datetime
+    kind: str
+    user: str | None
+    change_reason: str | None
+    revision: int
+    changes: list[FieldChange]
+
+
+def _quota_changes(rows: list[Any]) -> list[QuotaChange]:
+    """``rows`` (newest first) as entries with what each changed; saves that changed nothing
+    are left out."""
+    out = []
+    for index, row in enumerate(rows):
+        older = rows[index + 1] if index + 1 < len(rows) else None
+        if row.history_type == "~" and older is not None:
+            delta = row.diff_against(older, included_fields=list(QUOTA_FIELDS))
+            changes = [FieldChange(HUMAN_LABELS[c.field], c.old, c.new) for c in delta.changes]
+            if not changes:
+                continue
+        else:
+            after = row.history_type != "-"
+            changes = [
+                FieldChange(
+                    HUMAN_LABELS[name],
+                    None if after else getattr(row, name),
+                    getattr(row, name) if after else None,
+                )
+                for name in QUOTA_FIELDS
+            ]
+        user = row.history_user
+        out.append(
+            QuotaChange(
+                date=row.history_date,
+                kind=KINDS[row.history_type],
+                user=None if user is None else user.get_username(),
+                change_reason=row.history_change_reason,
+                revision=row.revision,
+                changes=changes,
+            )
+        )
+    return out
 
 
 class HistoryContextHelper(HistoricalRecordContextHelper):
@@ -43,54 +106,26 @@ class HistoryContextHelper(HistoricalRecordContextHelper):
         return super().prepare_delta_change_value(change, value)
 
 
-def _reverting(request: HttpRequest) -> bool:
-    return bool(getattr(request, "_headroom_reverting", False))
-
-
-class PolicyHistoryAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
-    """History pages that read well: empty foreign keys and region lists in words."""
+class PolicyHistoryMixin(HumanFieldsMixin):
+    """History pages that read well (empty foreign keys and region lists in words), field
+    labels in words, finite numbers."""
 
     def get_historical_record_context_helper(
         self, request: HttpRequest, historical_record: Any
     ) -> HistoricalRecordContextHelper:
-        return HistoryContextHelper(self.model, historical_record)
+        return HistoryContextHelper(self.model, historical_record)  # type: ignore[attr-defined]
 
 
-class RevisionedAdmin(PolicyHistoryAdmin):
-    """Admin for a ``Revisioned`` model: shows the revision, checks it on save, and saves
-    nothing when nothing changed (no new revision, no empty history row)."""
+class PolicyHistoryAdmin(PolicyHistoryMixin, SimpleHistoryAdmin):
+    """A policy record's admin with its audit history."""
 
-    form = RevisionCheckedForm
 
-    def save_model(self, request: HttpRequest, obj: Any, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
-        if change and not form.has_changed() and not _reverting(request):
-            return
-        super().save_model(request, obj, form, change)
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [*super().get_readonly_fields(request, obj), "revision"]
-
-    def history_form_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        version_id: str,
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        # A revert's form starts from the history entry, so "unchanged" there still differs
-        # from the stored record: it is saved.
-        request._headroom_reverting = True  # type: ignore[attr-defined]
-        # Reverting saves through the form, whose revision check locks the row: that needs
-        # a transaction, which the change view has and this view does not.
-        with transaction.atomic(using=router.db_for_write(self.model)):
-            response: HttpResponse = super().history_form_view(
-                request, object_id, version_id, extra_context
-            )
-        return response
+class PolicyRevisionedAdmin(PolicyHistoryMixin, RevisionedAdmin):
+    """A revisioned policy record's admin (``core.admin.RevisionedAdmin``)."""
 
 
 @admin.register(Tier)
-class TierAdmin(RevisionedAdmin):
+class TierAdmin(PolicyRevisionedAdmin):
     list_display = [
         "name",
         "priority",
@@ -157,7 +192,7 @@ class WorkloadProfileInline(HumanFieldsMixin, admin.TabularInline):  # type: ign
 
 
 @admin.register(Tenant)
-class TenantAdmin(RevisionedAdmin):
+class TenantAdmin(PolicyRevisionedAdmin):
     form = TenantAdminForm
     list_display = [
         "name",
@@ -233,7 +268,7 @@ class TenantAdmin(RevisionedAdmin):
     def save_model(self, request: HttpRequest, obj: Any, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
         """Save through ``tenant_save``, the service behind the API: the residency regions go
         with the other fields, so an update writes one history row holding every change."""
-        if change and not form.has_changed() and not _reverting(request):
+        if change and not form.has_changed() and not reverting(request):
             return
         tenant_save(tenant=obj, residency_regions=form.cleaned_data.get("residency_regions"))
 
@@ -287,25 +322,18 @@ class TenantAdmin(RevisionedAdmin):
     def history_view(
         self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        quota_rows = list(
+        rows = list(
             TenantQuota.history.filter(tenant_id=object_id)  # type: ignore[attr-defined]
             .select_related("history_user")
             .order_by("-history_date", "-history_id")[:200]
         )
-        quota_changes = [
-            entry
-            for entry in history_entries(quota_rows, None)
-            if entry.kind != "changed" or entry.changes
-        ]
-        for entry in quota_changes:
-            for change in entry.changes:
-                object.__setattr__(change, "field", HUMAN_LABELS.get(change.field, change.field))
+        quota_changes = _quota_changes(rows)
         context = {**(extra_context or {}), "quota_changes": quota_changes}
         return super().history_view(request, object_id, extra_context=context)
 
 
 @admin.register(TenantQuota)
-class TenantQuotaAdmin(RevisionedAdmin):
+class TenantQuotaAdmin(PolicyRevisionedAdmin):
     list_display = [
         "tenant",
         "budget_rate_replica_s_per_s",

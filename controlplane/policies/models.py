@@ -5,59 +5,23 @@ rules, token budgets, and workload profiles per tenant, model and class.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models
 from simple_history.models import HistoricalRecords
 
-from controlplane.fleet.models import (
-    Geography,
-    LlmModel,
-    Region,
-    WorkloadClass,
-    _finite,
-    _fraction_open_closed,
-    _non_negative,
-    _positive,
+from controlplane.core.records import Revisioned
+from controlplane.core.validators import (
+    at_least_one,
+    fraction_closed,
+    fraction_open_closed,
+    non_negative,
+    positive,
+    quantile_open,
     slug_validator,
 )
-
-
-def _fraction_closed(value: float) -> None:
-    """A rate such as a cache hit rate: in [0, 1]."""
-    if value is None or not (0 <= value <= 1):
-        raise ValidationError("Must be between 0 and 1.")
-
-
-def _quantile_open(value: float) -> None:
-    """A forecast quantile: in (0, 1), both ends excluded (0 and 1 are no band's edge)."""
-    if value is None or not (0 < value < 1):
-        raise ValidationError("Must be greater than 0 and less than 1.")
-
-
-def _at_least_one(value: float) -> None:
-    _finite(value)
-    if value is None or value < 1:
-        raise ValidationError("Must be at least 1 (1.0 = no burst).")
-
-
-class Revisioned(models.Model):
-    """A record edited under optimistic concurrency: ``revision`` grows on every save."""
-
-    revision = models.PositiveIntegerField(default=1, editable=False)
-
-    class Meta:
-        abstract = True
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        if self.pk is not None and not kwargs.get("force_insert"):
-            self.revision = (self.revision or 0) + 1
-        super().save(*args, **kwargs)
-
-    @property
-    def etag(self) -> str:
-        return f'"{type(self).__name__.lower()}-{self.pk}-{self.revision}"'
+from controlplane.fleet.models import Geography, LlmModel, Region, WorkloadClass
+from planner.placement.problem import DEFAULT_TARGET_UTILIZATION
 
 
 class Tier(Revisioned):
@@ -68,17 +32,19 @@ class Tier(Revisioned):
 
     name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
     p95_ttft_slo_s = models.FloatField(
-        validators=[_positive], help_text="p95 time to first token, seconds."
+        validators=[positive], help_text="p95 time to first token, seconds."
     )
     failure_promise = models.CharField(max_length=8, choices=Promise.choices, default=Promise.NONE)
     priority = models.PositiveIntegerField(
         default=0, help_text="0 is most important; lower numbers are served first in shortage."
     )
-    target_utilization = models.FloatField(default=0.7, validators=[_fraction_open_closed])
-    burst_factor = models.FloatField(default=1.0, validators=[_at_least_one])
+    target_utilization = models.FloatField(
+        default=DEFAULT_TARGET_UTILIZATION, validators=[fraction_open_closed]
+    )
+    burst_factor = models.FloatField(default=1.0, validators=[at_least_one])
     forecast_quantile = models.FloatField(
         default=0.9,
-        validators=[_quantile_open],
+        validators=[quantile_open],
         help_text=(
             "Quantile of the demand forecast's band that re-planning sizes this tier for, in "
             "(0, 1); premium tiers higher (0.99), best-effort ones lower."
@@ -118,10 +84,10 @@ class Tenant(Revisioned):
     max_spill_rtt_ms = models.FloatField(
         null=True,
         blank=True,
-        validators=[_non_negative],
+        validators=[non_negative],
         help_text="Largest round trip from the home region that spill may add.",
     )
-    fair_share_weight = models.FloatField(default=1.0, validators=[_positive])
+    fair_share_weight = models.FloatField(default=1.0, validators=[positive])
     history = HistoricalRecords(m2m_fields=[residency_regions])
 
     class Meta:
@@ -203,11 +169,11 @@ class TenantQuota(Revisioned):
 
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="quota")
     budget_rate_replica_s_per_s = models.FloatField(
-        validators=[_positive],
+        validators=[positive],
         help_text="Refill rate of the budget, replica-seconds per second.",
     )
     budget_burst_replica_s = models.FloatField(
-        validators=[_positive], help_text="Bucket size, replica-seconds."
+        validators=[positive], help_text="Bucket size, replica-seconds."
     )
     tokens_per_minute_limit = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="Sustained tokens per minute (input + output)."
@@ -279,21 +245,21 @@ class WorkloadProfile(models.Model):
     version = models.PositiveIntegerField(default=1)
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.DECLARED)
     peak_requests_per_s = models.FloatField(
-        validators=[_non_negative], help_text="p99 of 5-minute buckets at peak."
+        validators=[non_negative], help_text="p99 of 5-minute buckets at peak."
     )
-    prompt_tokens_p50 = models.FloatField(validators=[_positive])
-    prompt_tokens_mean = models.FloatField(validators=[_positive])
-    prompt_tokens_p95 = models.FloatField(validators=[_positive])
-    prompt_tokens_p99 = models.FloatField(validators=[_positive])
-    output_tokens_p50 = models.FloatField(validators=[_positive])
-    output_tokens_mean = models.FloatField(validators=[_positive])
-    output_tokens_p95 = models.FloatField(validators=[_positive])
-    output_tokens_p99 = models.FloatField(validators=[_positive])
-    prefix_cache_hit_rate = models.FloatField(default=0.0, validators=[_fraction_closed])
+    prompt_tokens_p50 = models.FloatField(validators=[positive])
+    prompt_tokens_mean = models.FloatField(validators=[positive])
+    prompt_tokens_p95 = models.FloatField(validators=[positive])
+    prompt_tokens_p99 = models.FloatField(validators=[positive])
+    output_tokens_p50 = models.FloatField(validators=[positive])
+    output_tokens_mean = models.FloatField(validators=[positive])
+    output_tokens_p95 = models.FloatField(validators=[positive])
+    output_tokens_p99 = models.FloatField(validators=[positive])
+    prefix_cache_hit_rate = models.FloatField(default=0.0, validators=[fraction_closed])
     residence_s = models.FloatField(
         null=True,
         blank=True,
-        validators=[_positive],
+        validators=[positive],
         help_text="Mean time a request stays in the model stage, seconds.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
@@ -336,3 +302,9 @@ class WorkloadProfile(models.Model):
                 errors[f"{kind}_tokens_p99"] = f"p99 ({p99:g}) is below p95 ({p95:g})."
         if errors:
             raise ValidationError(errors)
+
+
+# The names earlier migrations give these validators.
+_fraction_closed = fraction_closed
+_quantile_open = quantile_open
+_at_least_one = at_least_one

@@ -7,14 +7,13 @@ acknowledging alerts, through the same service the API uses.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from simple_history.admin import SimpleHistoryAdmin
 
+from controlplane.core.admin import ListActionsOnlyAdminMixin, ReadOnlyAdmin, ReadOnlyAdminMixin
 from controlplane.telemetry import services
 from controlplane.telemetry.models import (
     DriftAlert,
@@ -23,19 +22,6 @@ from controlplane.telemetry.models import (
     TelemetryPull,
     TelemetrySeries,
 )
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """View only: the pipeline writes these rows."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(TelemetryPull)
@@ -60,7 +46,7 @@ class TelemetryPullAdmin(ReadOnlyAdmin):
         return obj.error[:120]
 
 
-class ObservedWorkloadInline(admin.TabularInline):  # type: ignore[type-arg]
+class ObservedWorkloadInline(ReadOnlyAdminMixin, admin.TabularInline):  # type: ignore[type-arg]
     model = ObservedWorkload
     fields: list[str] = [
         "tenant",
@@ -80,9 +66,6 @@ class ObservedWorkloadInline(admin.TabularInline):  # type: ignore[type-arg]
     extra = 0
     can_delete = False
     show_change_link = True
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(ProfileDerivation)
@@ -132,7 +115,9 @@ class TelemetrySeriesAdmin(ReadOnlyAdmin):
 
 
 @admin.register(DriftAlert)
-class DriftAlertAdmin(SimpleHistoryAdmin):
+class DriftAlertAdmin(ListActionsOnlyAdminMixin, SimpleHistoryAdmin):  # type: ignore[misc]
+    """ "Change" means acknowledging, from the list; an alert's own page only shows it."""
+
     list_display = [
         "last_seen_at",
         "status",
@@ -171,16 +156,6 @@ class DriftAlertAdmin(SimpleHistoryAdmin):
         "acknowledged_by",
         "resolved_at",
     ]
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # "Change" means acknowledging, from the list; an alert's own page only shows it.
-        return obj is None and super().has_change_permission(request, obj)
 
     @admin.display(description="replicas")
     def replica_impact(self, obj: DriftAlert) -> str:

@@ -13,15 +13,13 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import exceptions, serializers, viewsets
+from rest_framework import exceptions, serializers
 from rest_framework.decorators import action
-from rest_framework.filters import OrderingFilter
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api.permissions import POLICY_ADMIN, ROLES, RolePermission
+from controlplane.core.api import ReadOnlyViewSet
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry import services
 from controlplane.telemetry.models import (
@@ -230,14 +228,8 @@ class DriftAlertSerializer(serializers.ModelSerializer[DriftAlert]):
 # -- views ----------------------------------------------------------------------------------------
 
 
-class TelemetryReadViewSet(viewsets.ReadOnlyModelViewSet[Any]):
+class TelemetryReadViewSet(ReadOnlyViewSet):
     """List and retrieve; any role reads."""
-
-    permission_classes = [RolePermission]
-    read_roles = frozenset(ROLES)
-    write_roles = frozenset({POLICY_ADMIN})
-    filter_backends = [DjangoFilterBackend, OrderingFilter]
-    lookup_value_regex = "[0-9]{1,18}"
 
 
 class TelemetryPullViewSet(TelemetryReadViewSet):

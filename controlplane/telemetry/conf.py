@@ -1,9 +1,7 @@
 """Telemetry settings, read at call time.
 
-Each value comes from the Django setting of the same name when the settings module defines
-it (tests override them with pytest-django's ``settings``), else from the environment variable
-of that name, else the default below. A value that is present but malformed is an error, as
-everywhere in Headroom's settings.
+Read with ``controlplane.core.conf`` (the Django setting of the same name, else the
+environment variable, else the default below; a malformed value is an error).
 
 - ``HEADROOM_PROMETHEUS_URL``: Prometheus' base URL (default ``http://127.0.0.1:9090``).
 - ``HEADROOM_PROMETHEUS_TIMEOUT_S`` (10), ``HEADROOM_PROMETHEUS_RETRIES`` (2),
@@ -28,16 +26,13 @@ everywhere in Headroom's settings.
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-T = TypeVar("T")
+from controlplane.core.conf import setting_int, setting_number, setting_parsed, setting_text
 
 LABEL_ROLES = ("tenant", "model", "region", "class")
 DEFAULT_LABELS = {"tenant": "tenant", "model": "model_name", "region": "region"}
@@ -86,26 +81,6 @@ class TelemetrySettings:
     drift: DriftThresholds
 
 
-def _read(name: str, parse: Callable[[str], T], default: T) -> T:
-    if hasattr(settings, name):
-        value: Any = getattr(settings, name)
-        return parse(value) if isinstance(value, str) else value
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    return parse(raw)
-
-
-def _number(name: str, cast: Callable[[str], T]) -> Callable[[str], T]:
-    def parse(raw: str) -> T:
-        try:
-            return cast(raw)
-        except ValueError as exc:
-            raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from exc
-
-    return parse
-
-
 def _labels(raw: str) -> dict[str, str]:
     pairs: dict[str, str] = {}
     for item in raw.split(","):
@@ -137,82 +112,32 @@ def label_config(raw: Mapping[str, str]) -> LabelConfig:
     return LabelConfig(merged["tenant"], merged["model"], merged["region"], merged.get("class"))
 
 
-def _positive(name: str, value: T) -> T:
-    if not isinstance(value, int | float) or value <= 0:
-        raise ImproperlyConfigured(f"{name} must be positive, got {value!r}")
-    return value
-
-
-def _non_negative(name: str, value: T) -> T:
-    if not isinstance(value, int | float) or value < 0:
-        raise ImproperlyConfigured(f"{name} must be zero or more, got {value!r}")
-    return value
-
-
 def telemetry_settings() -> TelemetrySettings:
     """The current telemetry settings, checked."""
-
-    def num(name: str, default: float) -> float:
-        return float(_read(name, _number(name, float), default))
-
-    def whole(name: str, default: int) -> int:
-        return int(_read(name, _number(name, int), default))
-
-    url = _read("HEADROOM_PROMETHEUS_URL", str, "http://127.0.0.1:9090")
+    url = setting_text("HEADROOM_PROMETHEUS_URL", "http://127.0.0.1:9090")
     if not url.startswith(("http://", "https://")):
         raise ImproperlyConfigured(f"HEADROOM_PROMETHEUS_URL must be an http(s) URL: {url!r}")
-    labels = _read("HEADROOM_TELEMETRY_LABELS", _labels, dict(DEFAULT_LABELS))
+    labels = setting_parsed("HEADROOM_TELEMETRY_LABELS", _labels, dict(DEFAULT_LABELS))
     drift = DriftThresholds(
-        prompt_mean_rel=_positive(
-            "HEADROOM_TELEMETRY_DRIFT_PROMPT_MEAN",
-            num("HEADROOM_TELEMETRY_DRIFT_PROMPT_MEAN", 0.25),
+        prompt_mean_rel=setting_number("HEADROOM_TELEMETRY_DRIFT_PROMPT_MEAN", 0.25, positive=True),
+        output_mean_rel=setting_number("HEADROOM_TELEMETRY_DRIFT_OUTPUT_MEAN", 0.25, positive=True),
+        cache_hit_rate_abs=setting_number(
+            "HEADROOM_TELEMETRY_DRIFT_CACHE_HIT_RATE", 0.10, positive=True
         ),
-        output_mean_rel=_positive(
-            "HEADROOM_TELEMETRY_DRIFT_OUTPUT_MEAN",
-            num("HEADROOM_TELEMETRY_DRIFT_OUTPUT_MEAN", 0.25),
-        ),
-        cache_hit_rate_abs=_positive(
-            "HEADROOM_TELEMETRY_DRIFT_CACHE_HIT_RATE",
-            num("HEADROOM_TELEMETRY_DRIFT_CACHE_HIT_RATE", 0.10),
-        ),
-        token_share_abs=_positive(
-            "HEADROOM_TELEMETRY_DRIFT_TOKEN_SHARE",
-            num("HEADROOM_TELEMETRY_DRIFT_TOKEN_SHARE", 0.10),
-        ),
+        token_share_abs=setting_number("HEADROOM_TELEMETRY_DRIFT_TOKEN_SHARE", 0.10, positive=True),
     )
     return TelemetrySettings(
         prometheus_url=url,
-        prometheus_timeout_s=_positive(
-            "HEADROOM_PROMETHEUS_TIMEOUT_S", num("HEADROOM_PROMETHEUS_TIMEOUT_S", 10.0)
-        ),
-        prometheus_retries=_non_negative(
-            "HEADROOM_PROMETHEUS_RETRIES", whole("HEADROOM_PROMETHEUS_RETRIES", 2)
-        ),
-        prometheus_backoff_s=_non_negative(
-            "HEADROOM_PROMETHEUS_BACKOFF_S", num("HEADROOM_PROMETHEUS_BACKOFF_S", 0.5)
-        ),
+        prometheus_timeout_s=setting_number("HEADROOM_PROMETHEUS_TIMEOUT_S", 10.0, positive=True),
+        prometheus_retries=setting_int("HEADROOM_PROMETHEUS_RETRIES", 2, minimum=0),
+        prometheus_backoff_s=setting_number("HEADROOM_PROMETHEUS_BACKOFF_S", 0.5, minimum=0),
         labels=label_config(labels),
-        bucket_s=_positive(
-            "HEADROOM_TELEMETRY_BUCKET_S", whole("HEADROOM_TELEMETRY_BUCKET_S", 300)
-        ),
-        lag_s=_non_negative("HEADROOM_TELEMETRY_LAG_S", whole("HEADROOM_TELEMETRY_LAG_S", 60)),
-        lookback_s=_positive(
-            "HEADROOM_TELEMETRY_LOOKBACK_S", whole("HEADROOM_TELEMETRY_LOOKBACK_S", 3600)
-        ),
-        max_catchup_s=_positive(
-            "HEADROOM_TELEMETRY_MAX_CATCHUP_S",
-            whole("HEADROOM_TELEMETRY_MAX_CATCHUP_S", 7 * 86400),
-        ),
-        profile_window_s=_positive(
-            "HEADROOM_TELEMETRY_PROFILE_WINDOW_S",
-            whole("HEADROOM_TELEMETRY_PROFILE_WINDOW_S", 86400),
-        ),
-        min_requests=_non_negative(
-            "HEADROOM_TELEMETRY_MIN_REQUESTS", num("HEADROOM_TELEMETRY_MIN_REQUESTS", 50.0)
-        ),
-        profile_tolerance=_non_negative(
-            "HEADROOM_TELEMETRY_PROFILE_TOLERANCE",
-            num("HEADROOM_TELEMETRY_PROFILE_TOLERANCE", 0.02),
-        ),
+        bucket_s=setting_int("HEADROOM_TELEMETRY_BUCKET_S", 300, positive=True),
+        lag_s=setting_int("HEADROOM_TELEMETRY_LAG_S", 60, minimum=0),
+        lookback_s=setting_int("HEADROOM_TELEMETRY_LOOKBACK_S", 3600, positive=True),
+        max_catchup_s=setting_int("HEADROOM_TELEMETRY_MAX_CATCHUP_S", 7 * 86400, positive=True),
+        profile_window_s=setting_int("HEADROOM_TELEMETRY_PROFILE_WINDOW_S", 86400, positive=True),
+        min_requests=setting_number("HEADROOM_TELEMETRY_MIN_REQUESTS", 50.0, minimum=0),
+        profile_tolerance=setting_number("HEADROOM_TELEMETRY_PROFILE_TOLERANCE", 0.02, minimum=0),
         drift=drift,
     )

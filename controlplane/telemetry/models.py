@@ -23,6 +23,7 @@ from django.db.models import Q
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
+from controlplane.core.jobs import Job, JobStatus
 from controlplane.fleet.models import LlmModel, Region, ReplicaShape, WorkloadClass
 from controlplane.policies.models import Tenant, WorkloadProfile
 
@@ -88,24 +89,20 @@ class TelemetrySample(models.Model):
         return f"{self.series_id} @ {self.bucket_start:%Y-%m-%d %H:%M:%S}: {self.value:g}"
 
 
-class RunStatus(models.TextChoices):
-    RUNNING = "running", "running"
-    SUCCEEDED = "succeeded", "succeeded"
-    FAILED = "failed", "failed"
+# The one set of job statuses; pulls and derivations start running.
+RunStatus = JobStatus
 
 
-class TelemetryPull(models.Model):
+class TelemetryPull(Job):
     """One attempt to pull a window of telemetry from Prometheus."""
 
     task_id = models.CharField(max_length=64, blank=True)
     attempt = models.PositiveIntegerField(default=1, help_text="1 for the first try.")
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.RUNNING)
     started_at = models.DateTimeField(default=timezone.now)
-    finished_at = models.DateTimeField(null=True, blank=True)
     window_start = models.DateTimeField()
     window_end = models.DateTimeField()
     bucket_s = models.PositiveIntegerField()
-    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING)
-    error = models.TextField(blank=True)
     queries = models.PositiveIntegerField(default=0)
     series_fetched = models.PositiveIntegerField(default=0)
     samples_fetched = models.PositiveIntegerField(default=0)
@@ -129,12 +126,6 @@ class TelemetryPull(models.Model):
             f"(attempt {self.attempt}): {self.status}"
         )
 
-    @property
-    def duration_s(self) -> float | None:
-        if self.finished_at is None:
-            return None
-        return (self.finished_at - self.started_at).total_seconds()
-
     def summary(self) -> dict[str, Any]:
         """The report as plain data (a task's result)."""
         return {
@@ -151,15 +142,13 @@ class TelemetryPull(models.Model):
         }
 
 
-class ProfileDerivation(models.Model):
+class ProfileDerivation(Job):
     """One run deriving workload profiles from stored samples."""
 
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.RUNNING)
     started_at = models.DateTimeField(default=timezone.now)
-    finished_at = models.DateTimeField(null=True, blank=True)
     window_start = models.DateTimeField()
     window_end = models.DateTimeField()
-    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING)
-    error = models.TextField(blank=True)
     profiles_created = models.PositiveIntegerField(default=0)
     profiles_unchanged = models.PositiveIntegerField(default=0)
     alerts_raised = models.PositiveIntegerField(default=0)

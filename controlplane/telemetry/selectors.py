@@ -13,7 +13,8 @@ from typing import Any
 
 from django.db.models import Count, Func, IntegerField, Q, Sum, Value
 
-from controlplane.fleet.models import CapacityFigure, LlmModel, Region, ReplicaShape
+from controlplane.fleet.models import LlmModel, Region, ReplicaShape
+from controlplane.fleet.selectors import planning_figures
 from controlplane.policies.models import Tenant, WorkloadProfile
 from controlplane.telemetry.conf import telemetry_settings
 from controlplane.telemetry.models import (
@@ -334,18 +335,17 @@ class PoolShape:
 
 
 def pool_shape(*, model: LlmModel) -> PoolShape | None:
-    """The model's smallest shape (fewest GPUs, then name) with a whole-mix capacity figure,
-    sized on that figure's freshest measurement; None when no shape has one.
+    """The model's smallest shape (fewest GPUs, then name) with a capacity figure, sized on
+    the figure planning uses for it (``fleet.selectors.planning_figures``: the freshest
+    whole-mix figure, else the freshest of any class); None when no shape has one.
 
     The smallest shape is the one the capacity method sizes fleets in (the seeds' 2-GPU
     replica); a larger shape is a redesign, not a replica count.
     """
-    figures = (
-        CapacityFigure.objects.filter(shape__model=model, workload_class__isnull=True)
-        .select_related("shape", "shape__model", "shape__accelerator")
-        .order_by("shape__gpus_per_replica", "shape__name", "-measured_at", "-pk")
-    )
-    figure = figures.first()
-    if figure is None:
-        return None
-    return PoolShape(figure.shape, figure.prefill_tokens_per_s, figure.decode_tokens_per_s)
+    shapes = ReplicaShape.objects.filter(model=model).order_by("gpus_per_replica", "name")
+    figures = planning_figures(shape_ids=[shape.pk for shape in shapes])
+    for shape in shapes:
+        figure = figures.get(shape.pk)
+        if figure is not None:
+            return PoolShape(shape, figure.prefill_tokens_per_s, figure.decode_tokens_per_s)
+    return None

@@ -35,9 +35,10 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
+from controlplane.core.schedule import ScheduledTask
 from controlplane.fleet.models import LlmModel, Region, WorkloadClass
+from controlplane.fleet.selectors import planning_target_utilization
 from controlplane.policies.models import Tenant, WorkloadProfile
-from controlplane.schedule import ScheduledTask
 from controlplane.telemetry import histograms, selectors
 from controlplane.telemetry.conf import (
     DriftThresholds,
@@ -938,7 +939,7 @@ def pool_sizing(
         for group in profiles.values()
         for p in group
     )
-    target = shape.shape.target_utilization or float(settings.HEADROOM_DEFAULT_TARGET_UTILIZATION)
+    target = planning_target_utilization(shape=shape.shape)
     return PoolSizing(
         shape_name=shape.shape.name,
         shape_id=shape.shape.pk,

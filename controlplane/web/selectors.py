@@ -16,7 +16,8 @@ from django.conf import settings
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from controlplane.fleet.models import CapacityFigure, Region, ReplicaShape
+from controlplane.fleet.models import Region, ReplicaShape
+from controlplane.fleet.selectors import planning_figures
 from controlplane.plans.models import Plan, PlanDecision, ReplanRun
 from controlplane.plans.whatif import unserved_reasons
 from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
@@ -115,24 +116,18 @@ class FigureFreshness:
 
 
 def figure_freshness() -> dict[str, FigureFreshness]:
-    """Per shape name, the capacity figure planning uses (freshest whole-mix, else freshest of
-    any class, as the problem export chooses) and how old it is: one query."""
-    chosen: dict[str, CapacityFigure] = {}
-    for figure in CapacityFigure.objects.select_related("shape").order_by("-measured_at", "-pk"):
-        name = figure.shape.name
-        current = chosen.get(name)
-        if current is None or (
-            current.workload_class_id is not None and figure.workload_class_id is None
-        ):
-            chosen[name] = figure
+    """Per shape name, the capacity figure planning uses (``fleet.selectors.planning_figures``)
+    and how old it is: two queries."""
+    names = dict(ReplicaShape.objects.values_list("pk", "name"))
     return {
-        name: FigureFreshness(
+        names[shape_id]: FigureFreshness(
             measured_at=f.measured_at,
             age_days=f.age.total_seconds() / 86400,
             stale=f.is_stale,
             source=f.get_source_display(),
         )
-        for name, f in chosen.items()
+        for shape_id, f in planning_figures().items()
+        if shape_id in names
     }
 
 

@@ -16,7 +16,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from controlplane.api.permissions import POLICY_ADMIN, ROLES, user_roles
+from controlplane.core.roles import POLICY_ADMIN, ROLES, user_roles
 from controlplane.plans import services as plan_services
 from controlplane.plans.models import Plan
 from controlplane.plans.whatif import whatif_apply, whatif_preview

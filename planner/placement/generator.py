@@ -21,8 +21,7 @@ from typing import Any
 
 from planner.capacity.memory import GB, MIB, kv_pool_bytes, shape_fits
 from planner.errors import PlannerInputError
-
-FORMAT = "placement-problem/v1"
+from planner.placement.problem import PROBLEM_FORMAT
 
 # Runtime and activation reserve per GPU, as in the seeds' 140 GB / 80 GB example.
 RESERVE_BYTES_PER_GPU = 6 * GB
@@ -361,7 +360,7 @@ def generate_problem(
     )
 
     return {
-        "format": FORMAT,
+        "format": PROBLEM_FORMAT,
         "target_utilization": target_utilization,
         "regions": region_rows,
         "accelerators": [

@@ -26,8 +26,8 @@ from typing import Any
 
 from planner.capacity.sizing import replicas_needed
 from planner.errors import PlannerInputError
+from planner.placement.problem import SOLUTION_FORMAT
 from planner.placement.verify import (
-    SOLUTION_FORMAT,
     SpecDemand,
     SpecProblem,
     SpecShape,

@@ -1,5 +1,9 @@
 """The placement problem of ``placement-v1``: parsed, validated, typed and frozen.
 
+The format (problem and solution, defaults, what is invalid, the control plane's extensions)
+is described in ``docs/placement-format.md``; the version strings and the default target
+utilisation below are the only definitions of them in the project.
+
 ``parse_problem`` turns a problem dict (the JSON the control plane exports) into a ``Problem``
 of frozen dataclasses with the spec's defaults applied, or raises ``ProblemInvalid`` naming
 the field (``demands[3].allowed_regions``, ``inventory[2].zone``) and saying what is wrong.
@@ -18,7 +22,10 @@ from typing import Final, Literal, cast
 
 from planner.errors import PlannerInputError
 
+# The problem and solution formats: docs/placement-format.md.
 PROBLEM_FORMAT: Final = "placement-problem/v1"
+# The solution document's version string (``planner.placement.solver`` writes it).
+SOLUTION_FORMAT: Final = "placement-solution/v1"
 
 Promise = Literal["none", "n+1", "zone"]
 PROMISES: Final[tuple[Promise, ...]] = ("none", "n+1", "zone")

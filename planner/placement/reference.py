@@ -31,8 +31,8 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_array
 
+from planner.placement.problem import SOLUTION_FORMAT
 from planner.placement.verify import (
-    SOLUTION_FORMAT,
     SpecProblem,
     cost_per_request,
     read_spec_problem,

@@ -51,10 +51,9 @@ from planner.placement.model import (
     resplit,
     sites,
 )
-from planner.placement.problem import Problem, ProblemInvalid, parse_problem
+from planner.placement.problem import SOLUTION_FORMAT, Problem, ProblemInvalid, parse_problem
 from planner.placement.start import constructive_plan
 
-SOLUTION_FORMAT: Final = "placement-solution/v1"
 DEFAULT_BACKEND: Final[BackendName] = "highs"
 
 # A stage's optimum is kept for the later stages with a relative slack. A row of whole

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from controlplane.api.permissions import FINANCE, POLICY_ADMIN, VIEWER
+from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.plans.models import Plan, PlanDecision
 from controlplane.policies.models import Tenant
 from tests.controlplane.conftest import make_user

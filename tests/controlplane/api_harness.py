@@ -40,8 +40,8 @@ from django.utils.dateparse import parse_datetime
 from rest_framework.response import Response
 from rest_framework.test import APIClient
 
-from controlplane.api.permissions import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.api.urls import router
+from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.fleet.models import (
     AcceleratorType,
     CapacityFigure,

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from rest_framework.test import APIClient
 
-from controlplane.api.permissions import FINANCE, POLICY_ADMIN, ROLES, VIEWER
+from controlplane.core.roles import FINANCE, POLICY_ADMIN, ROLES, VIEWER
 
 
 @pytest.fixture(autouse=True)

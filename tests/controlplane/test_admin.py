@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.timesince import timesince
 
-from controlplane.api.permissions import FINANCE, POLICY_ADMIN, VIEWER
+from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.fleet.models import (
     AcceleratorType,
     CapacityFigure,

@@ -16,7 +16,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from controlplane.api import serializers as api_serializers
-from controlplane.api.permissions import POLICY_ADMIN
+from controlplane.core.roles import POLICY_ADMIN
 from controlplane.policies.models import Tenant
 from tests.controlplane.api_harness import Records
 from tests.controlplane.conftest import make_user

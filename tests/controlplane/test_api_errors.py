@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from django.db import DataError, IntegrityError
+from django.test import override_settings
 from rest_framework.test import APIRequestFactory
 
 from controlplane.api.errors import exception_handler
+from controlplane.api.viewsets import TierViewSet
 from controlplane.policies.models import Tier
 from tests.controlplane.api_harness import APITest, error_fields
 
@@ -121,3 +124,75 @@ class TestErrorContract(APITest):
         added = history["results"][0]["changes"]
         assert added == [{"field": "residency_regions", "before": [], "after": [home.pk]}]
         assert {e["user"] for e in history["results"]} == {"admin-user"}
+
+
+class TestOneErrorShapeOutsideViews(APITest):
+    """What no DRF view shaped still reaches an API client in the error contract."""
+
+    def test_no_such_route_is_a_json_404(self, api_client_for: Any) -> None:
+        for path in ("/api/no-such-thing/", "/api/tenants/not-a-number/x/"):
+            response = api_client_for("viewer").get(path)
+            assert response.status_code == 404
+            assert response.json()["error"]["code"] == "not_found"
+
+    @override_settings(DEBUG=True)
+    def test_no_such_route_is_json_in_debug_mode_too(self, api_client_for: Any) -> None:
+        response = api_client_for("viewer").get("/api/no-such-thing/")
+        assert response.status_code == 404
+        assert response.json()["error"]["code"] == "not_found"
+
+    def test_a_refused_host_is_a_json_400(self, api_client_for: Any) -> None:
+        response = api_client_for("viewer").get("/api/tenants/", HTTP_HOST="evil.example")
+        assert response.status_code == 400
+        assert response.json()["error"]["code"] == "bad_request"
+
+    def test_an_unhandled_exception_is_a_json_500_and_is_logged(
+        self, api_client_for: Any, monkeypatch: pytest.MonkeyPatch, caplog: Any
+    ) -> None:
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("disk on fire")
+
+        monkeypatch.setattr(TierViewSet, "list", broken)
+        response = api_client_for("viewer").get("/api/tiers/")
+        assert response.status_code == 500
+        body = response.json()
+        assert body["error"]["code"] == "server_error"
+        assert "disk on fire" not in body["error"]["message"]  # internals stay in the log
+        assert any("disk on fire" in str(r.exc_info) for r in caplog.records if r.exc_info)
+
+    def test_pages_outside_the_api_keep_their_html(self, api_client_for: Any) -> None:
+        response = api_client_for("viewer").get("/no-such-page/")
+        assert response.status_code == 404
+        assert not response["Content-Type"].startswith("application/json")
+
+
+class TestLoneSurrogates(APITest):
+    """JSON may carry "\\ud800"; UTF-8 cannot. Such text is a 400 naming its field, never a 500."""
+
+    def _post(self, client: Any, path: str, body: str) -> Any:
+        return client.post(path, data=body.encode("ascii"), content_type="application/json")
+
+    def test_in_a_choice_field(self, api_client_for: Any) -> None:
+        client = api_client_for("policy-admin")
+        body = '{"name": "gold", "p95_ttft_slo_s": 1.0, "failure_promise": "\\ud800"}'
+        response = self._post(client, "/api/tiers/", body)
+        assert response.status_code == 400
+        assert "lone surrogate" in error_fields(response)["failure_promise"][0]
+
+    def test_in_a_text_field_and_nested(self, api_client_for: Any) -> None:
+        client = api_client_for("policy-admin")
+        response = self._post(client, "/api/geographies/", '{"name": "eu\\udfff"}')
+        assert response.status_code == 400
+        assert "name" in error_fields(response)
+        nested = self._post(client, "/api/tiers/", '{"name": "t", "tags": ["ok", "\\ud83d"]}')
+        assert nested.status_code == 400
+        assert "tags[1]" in error_fields(nested)
+
+    def test_a_whole_character_written_as_a_surrogate_pair_is_fine(
+        self, api_client_for: Any
+    ) -> None:
+        client = api_client_for("policy-admin")
+        response = self._post(client, "/api/geographies/", '{"name": "eu-\\ud83d\\ude00"}')
+        assert response.status_code in (201, 400)
+        if response.status_code == 400:  # the name's own rules may refuse an emoji...
+            assert "lone surrogate" not in str(response.json())  # ...but not as a surrogate

@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 from django.core.management import call_command
+from django.http import HttpRequest
 
 from tests.controlplane.api_harness import APITest
 
@@ -71,7 +72,9 @@ class TestDocsPage(APITest):
         self, client: Any, role_users: Any
     ) -> None:
         assert client.get("/api/auth/login/").status_code == 200
-        assert client.login(username="viewer-user", password="pw-viewer-user")
+        assert client.login(
+            request=HttpRequest(), username="viewer-user", password="pw-viewer-user"
+        )
         page = client.get("/api/zones/", HTTP_ACCEPT="text/html")
         assert page.status_code == 200
         assert b"Zone" in page.content

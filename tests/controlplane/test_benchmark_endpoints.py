@@ -25,17 +25,17 @@ from django.db.models import Model
 from django.test import Client
 from django.urls import reverse
 
-from controlplane.api.permissions import POLICY_ADMIN, VIEWER
 from controlplane.benchmarks import services
+from controlplane.benchmarks import tasks as benchmark_tasks
 from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun, ShapeFreshness
 from controlplane.benchmarks.urls import router
+from controlplane.core.roles import POLICY_ADMIN, VIEWER
 from controlplane.fleet.models import CapacityFigure
 from controlplane.policies.models import WorkloadProfile
 from tests.controlplane.api_harness import ConditionalEndpointContract, error_fields
 from tests.controlplane.conftest import make_user
 from tests.controlplane.test_benchmarks_helpers import BenchFleet, make_bench_fleet, make_figure
 from workers.celery import app as celery_app
-from workers.tasks import benchmarks as benchmark_tasks
 
 ENDPOINTS = "/api/benchmarks/endpoints/"
 RUNS = "/api/benchmarks/runs/"

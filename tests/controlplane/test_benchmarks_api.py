@@ -10,9 +10,10 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from controlplane.api.permissions import FINANCE, POLICY_ADMIN, ROLES, VIEWER
 from controlplane.benchmarks import services
+from controlplane.benchmarks import tasks as benchmark_tasks
 from controlplane.benchmarks.models import BenchmarkRun, ShapeFreshness
+from controlplane.core.roles import FINANCE, POLICY_ADMIN, ROLES, VIEWER
 from tests.controlplane.conftest import make_user
 from tests.controlplane.test_benchmarks_helpers import (
     BenchFleet,
@@ -20,7 +21,6 @@ from tests.controlplane.test_benchmarks_helpers import (
     make_bench_fleet,
     make_figure,
 )
-from workers.tasks import benchmarks as benchmark_tasks
 
 pytestmark = pytest.mark.django_db
 

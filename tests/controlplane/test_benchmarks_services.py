@@ -18,6 +18,7 @@ from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from controlplane.benchmarks import selectors, services
+from controlplane.benchmarks import tasks as benchmark_tasks
 from controlplane.benchmarks.models import BenchmarkRun
 from controlplane.fleet.models import CapacityFigure, LlmModel
 from tests.controlplane.test_benchmarks_helpers import (
@@ -27,7 +28,6 @@ from tests.controlplane.test_benchmarks_helpers import (
     make_figure,
     make_profile,
 )
-from workers.tasks import benchmarks as benchmark_tasks
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.test import Client
 from django.urls import reverse
 
-from controlplane.api.permissions import FINANCE, POLICY_ADMIN, VIEWER
+from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.emission import services
 from controlplane.emission.models import AllocationSink, OutboxEntry
 from tests.controlplane.conftest import make_user

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import Model
 from django.urls import reverse
 
-from controlplane.api.permissions import FINANCE, POLICY_ADMIN, VIEWER
+from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.emission import services
 from controlplane.emission.models import AllocationSink, OutboxEntry
 from controlplane.emission.urls import router

@@ -284,7 +284,7 @@ def test_a_dispatcher_whose_claim_was_taken_over_does_not_overwrite_the_outcome(
 
 
 def test_dispatch_task_runs_the_service() -> None:
-    from workers.tasks.emission import dispatch
+    from controlplane.emission.tasks import dispatch
 
     files_sink()
     activate(make_plan())

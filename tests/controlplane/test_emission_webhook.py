@@ -17,10 +17,11 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.emission import services, signing
+from controlplane.emission import services
 from controlplane.emission.models import DeliveryAttempt, OutboxEntry
 from controlplane.emission.sinks import Delivery, Outcome, webhook
 from controlplane.plans.models import Plan
+from planner import signing
 from tests.controlplane.emission_support import SECRET, make_plan, webhook_sink
 from workers.webhook_receiver import WebhookReceiver
 

@@ -16,13 +16,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.fleet.models import CapacityFigure, ReplicaShape, WorkloadClass, Zone
+from controlplane.plans.problem import problem_export, problem_summary, request_cost_s
 from controlplane.policies.models import Tenant, Tier, WorkloadProfile
-from controlplane.scenarios.services import (
-    problem_export,
-    problem_summary,
-    request_cost_s,
-    scenario_load,
-)
+from controlplane.scenarios.services import scenario_load
 from tests.controlplane.test_scenarios import SUPPORT_ASSISTANT, base_scenario
 
 # What placement-v1 requires of each part of a problem (the rest has defaults).

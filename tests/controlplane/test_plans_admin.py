@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from controlplane.api.permissions import POLICY_ADMIN, VIEWER
+from controlplane.core.roles import POLICY_ADMIN, VIEWER
 from controlplane.plans.models import Plan, ReplanRun
 from controlplane.plans.services import replan_request
 from tests.controlplane.conftest import make_user

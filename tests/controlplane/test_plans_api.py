@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from controlplane.api.permissions import FINANCE, POLICY_ADMIN, VIEWER
+from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.plans.models import Plan, ReplanRun
 from controlplane.plans.services import replan_request
 from tests.controlplane.api_harness import MALFORMED_BODIES

@@ -17,8 +17,8 @@ from controlplane.plans import demand, services
 from controlplane.plans.conf import replan_settings
 from controlplane.plans.demand import RateHistory, demand_forecast, forecast_anchor
 from controlplane.plans.models import Plan, ReplanRun
+from controlplane.plans.problem import problem_export
 from controlplane.policies.models import Tier, WorkloadProfile
-from controlplane.scenarios.services import problem_export
 from planner.placement.verify import verify
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan
 
@@ -195,25 +195,6 @@ def test_a_plan_prices_the_bands_edges_and_says_how_demand_was_sized(
     again = run_replan()
     assert again.status == ReplanRun.Status.UNCHANGED
     assert Plan.objects.count() == 1
-
-
-def test_the_telemetry_seam_reads_the_selector_when_there_is_one(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    selectors = pytest.importorskip("controlplane.telemetry.selectors")
-    monkeypatch.delattr(selectors, "request_rate_history", raising=False)
-    assert demand.rate_history(start=NOW - timedelta(days=1), end=NOW) is None
-
-    expected = _history()
-    seen: dict[str, datetime] = {}
-
-    def fake(*, start: datetime, end: datetime) -> RateHistory:
-        seen.update(start=start, end=end)
-        return expected
-
-    monkeypatch.setattr(selectors, "request_rate_history", fake, raising=False)
-    assert demand.rate_history(start=NOW - timedelta(days=1), end=NOW) is expected
-    assert seen == {"start": NOW - timedelta(days=1), "end": NOW}
 
 
 @pytest.mark.parametrize("value", [0.0, 1.0, -0.1, 1.5, float("nan"), float("inf")])

@@ -5,7 +5,6 @@ approval for a plan that serves less, stale figures flagged, activation and its 
 
 from __future__ import annotations
 
-import sys
 from datetime import timedelta
 from typing import Any
 
@@ -15,17 +14,18 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from controlplane.api.permissions import FINANCE, POLICY_ADMIN
+from controlplane.core.roles import FINANCE, POLICY_ADMIN
 from controlplane.fleet.models import CapacityFigure
+from controlplane.pipeline import services as pipeline
 from controlplane.plans import services
 from controlplane.plans.models import Plan, PlanAllocation, PlanRouting, ReplanRun
+from controlplane.plans.problem import problem_export
 from controlplane.plans.services import (
     plan_activate,
     plan_approve,
     plan_reject,
     problem_inputs_hash,
 )
-from controlplane.scenarios.services import problem_export
 from planner.placement.verify import verify
 from tests.controlplane.conftest import make_user
 from tests.controlplane.plans_helpers import (
@@ -289,27 +289,15 @@ def test_one_active_plan_is_enforced_by_the_database(scenario: None) -> None:
 def test_activation_hands_the_plan_to_emission_inside_its_transaction(
     scenario: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    emission = pytest.importorskip("controlplane.emission.services")
+    # The pipeline connects activation to emission's outbox (``after_activation``).
     seen: list[tuple[int, str, bool]] = []
 
     def record(*, plan: Plan) -> list[Any]:
         seen.append((plan.version, plan.state, transaction.get_connection().in_atomic_block))
         return []
 
-    monkeypatch.setattr(emission, "outbox_enqueue_for_plan", record)
+    monkeypatch.setattr(pipeline, "outbox_enqueue_for_plan", record)
     plan = run_replan().plan
 
     assert plan is not None
     assert seen == [(1, Plan.State.ACTIVE, True)]
-
-
-def test_without_the_emission_app_activation_still_works(
-    scenario: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # None in sys.modules makes the import fail as if the module were not installed.
-    monkeypatch.setitem(sys.modules, "controlplane.emission.services", None)
-    assert services._emission_hook() is None
-
-    plan = run_replan().plan
-
-    assert plan is not None and plan.state == Plan.State.ACTIVE

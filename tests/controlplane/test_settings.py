@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from controlplane import env
+from controlplane.core import conf as env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,9 +56,21 @@ def test_env_helpers_fail_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ImproperlyConfigured, match="HEADROOM_X must be a boolean"):
         env.envbool("HEADROOM_X", False)
     monkeypatch.setenv("HEADROOM_X", "ten")
-    with pytest.raises(ImproperlyConfigured, match="HEADROOM_X must be an integer"):
+    with pytest.raises(ImproperlyConfigured, match="HEADROOM_X must be a whole number"):
         env.envint("HEADROOM_X", 1)
     monkeypatch.setenv("HEADROOM_X", "a, b,,c")
     assert env.envlist("HEADROOM_X", []) == ["a", "b", "c"]
     monkeypatch.setenv("HEADROOM_X", "off")
     assert env.envbool("HEADROOM_X", True) is False
+    monkeypatch.setenv("HEADROOM_X", "0")
+    with pytest.raises(ImproperlyConfigured, match="HEADROOM_X must be at least 1"):
+        env.envint("HEADROOM_X", 5, minimum=1)
+    monkeypatch.setenv("HEADROOM_X", "10.0.0.0/8, 192.0.2.7,2001:db8::/32")
+    assert [str(n) for n in env.envnetworks("HEADROOM_X", [])] == [
+        "10.0.0.0/8",
+        "192.0.2.7/32",
+        "2001:db8::/32",
+    ]
+    monkeypatch.setenv("HEADROOM_X", "10.0.0.0/8,proxy.internal")
+    with pytest.raises(ImproperlyConfigured, match="HEADROOM_X must list IP addresses"):
+        env.envnetworks("HEADROOM_X", [])

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from controlplane.api.permissions import POLICY_ADMIN, VIEWER
+from controlplane.core.roles import POLICY_ADMIN, VIEWER
 from controlplane.telemetry import services
 from controlplane.telemetry.models import (
     DriftAlert,

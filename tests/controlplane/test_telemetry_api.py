@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.api.permissions import FINANCE, POLICY_ADMIN, VIEWER
+from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.fleet.models import WorkloadClass
 from controlplane.policies.models import Tenant, WorkloadProfile
 from controlplane.telemetry import services

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from controlplane.fleet.models import WorkloadClass
+from controlplane.pipeline import tasks
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry import services
 from controlplane.telemetry.models import (
@@ -25,7 +26,6 @@ from tests.controlplane.telemetry_fakes import (
     store,
     traffic_samples,
 )
-from workers.tasks import telemetry as tasks
 
 pytestmark = pytest.mark.django_db
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from celery.exceptions import Retry
 
+from controlplane.pipeline import tasks
 from controlplane.telemetry import services
 from controlplane.telemetry.models import RunStatus, TelemetryPull, TelemetrySample, TelemetrySeries
 from controlplane.telemetry.prometheus import (
@@ -20,7 +21,6 @@ from controlplane.telemetry.prometheus import (
 )
 from tests.controlplane.telemetry_fakes import FakePrometheus, fake_prometheus, make_fleet
 from workers.celery import app
-from workers.tasks import telemetry as tasks
 
 pytestmark = pytest.mark.django_db
 

@@ -32,7 +32,7 @@ def test_install_schedule_creates_the_periodic_tasks_once(settings: Any) -> None
     assert (pull.interval.every, pull.interval.period) == (300, IntervalSchedule.SECONDS)
     assert derive.task == "headroom.telemetry.derive_profiles"
     assert derive.interval.every == 3600
-    # The task names are those autodiscovery registers (through ``workers.tasks``).
+    # The task names are those the apps register (their ``tasks.py``).
     app.loader.import_default_modules()
     assert {pull.task, derive.task} <= set(app.tasks)
 
@@ -86,7 +86,7 @@ def test_environment_is_read_when_settings_say_nothing(monkeypatch: pytest.Monke
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [
-        ("HEADROOM_TELEMETRY_BUCKET_S", "five", "must be a number"),
+        ("HEADROOM_TELEMETRY_BUCKET_S", "five", "must be a whole number"),
         ("HEADROOM_TELEMETRY_BUCKET_S", "0", "must be positive"),
         ("HEADROOM_PROMETHEUS_URL", "prometheus:9090", "http"),
         ("HEADROOM_TELEMETRY_LABELS", "tenant", "role=label"),
@@ -107,7 +107,7 @@ def test_malformed_values_fail_loudly(
 
 @pytest.mark.django_db
 def test_install_schedule_installs_every_part_once_and_resets_a_part() -> None:
-    from controlplane.schedule import headroom_schedule
+    from controlplane.pipeline.schedule import headroom_schedule
 
     wanted = {t.name: t for t in headroom_schedule()}
     assert set(wanted) == {
@@ -141,7 +141,7 @@ def test_install_schedule_installs_every_part_once_and_resets_a_part() -> None:
 def test_the_migrations_create_the_same_plans_and_emission_entries() -> None:
     import importlib
 
-    from controlplane.schedule import headroom_schedule
+    from controlplane.pipeline.schedule import headroom_schedule
 
     for module, part in (
         ("controlplane.plans.migrations.0004_replan_schedule", "plans"),

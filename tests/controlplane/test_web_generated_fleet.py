@@ -7,7 +7,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from benchmarks.bench_replan import load_generated
-from controlplane.api.permissions import FINANCE, POLICY_ADMIN, VIEWER
+from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.plans.models import Plan
 from controlplane.policies.models import Tenant
 from planner.placement.generator import generate_problem

@@ -12,7 +12,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from controlplane.api.permissions import FINANCE, POLICY_ADMIN, VIEWER
+from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.plans.models import Plan, PlanDecision
 from controlplane.policies.models import Tenant
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan, shrink_region

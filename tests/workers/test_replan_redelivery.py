@@ -13,8 +13,8 @@ from django.utils import timezone
 from controlplane.plans import lock, services
 from controlplane.plans.models import Plan, PlannerLock, ReplanRun
 from controlplane.plans.services import replan_request
+from controlplane.plans.tasks import replan, replan_scheduled
 from tests.controlplane.plans_helpers import load_support_assistant
-from workers.tasks.plans import replan, replan_scheduled
 
 pytestmark = pytest.mark.django_db
 

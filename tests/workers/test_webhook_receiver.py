@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.emission import signing
+from planner import signing
 from workers.webhook_receiver import WebhookReceiver, main
 
 SECRET = "receiver-test-secret-0123456789"

@@ -28,9 +28,9 @@ import yaml
 from planner.capacity import memory
 from planner.capacity.sizing import replicas_needed
 from planner.capacity.workload import request_cost
+from planner.placement.problem import DEFAULT_TARGET_UTILIZATION
 from workers.fleetsim.fleet import ClassSpec, FleetSpec, PoolSpec, StreamSpec
 
-DEFAULT_TARGET_UTILIZATION = 0.7
 _GB = memory.GB
 
 

@@ -15,8 +15,8 @@ import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING
 
-from controlplane.emission import signing
 from controlplane.emission.sinks import Delivery, DeliveryResult, Outcome, canonical_json
+from planner import signing
 
 if TYPE_CHECKING:
     from controlplane.emission.models import AllocationSink

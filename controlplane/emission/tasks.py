@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from controlplane.celery import app
 from controlplane.emission import services
-from workers.celery import app
 
 
-@app.task(name="headroom.emission.dispatch", ignore_result=True)
+@app.task(name=services.DISPATCH_TASK, ignore_result=True)
 def dispatch(limit: int | None = None) -> dict[str, Any]:
     """Deliver up to ``limit`` due rows (default ``HEADROOM_EMISSION_BATCH``)."""
     return services.outbox_dispatch(limit=limit).summary()

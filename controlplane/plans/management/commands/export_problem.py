@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from controlplane.scenarios.services import problem_export, problem_summary
+from controlplane.plans.problem import problem_export, problem_summary
 
 
 class Command(BaseCommand):

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from controlplane.schedule import PARTS, schedule_install
+from controlplane.pipeline.schedule import PARTS, schedule_install
 
 
 class Command(BaseCommand):

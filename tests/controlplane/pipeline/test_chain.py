@@ -19,17 +19,18 @@ from typing import Any
 
 import pytest
 
+from controlplane.pipeline import tasks
+from controlplane.pipeline.services import after_derivation
 from controlplane.plans.models import Plan, ReplanRun
-from controlplane.plans.services import drift_reason, replan_for_drift, trigger_sentence
+from controlplane.plans.services import drift_reason, trigger_sentence
 from controlplane.telemetry import services
 from controlplane.telemetry.models import DriftAlert, ProfileDerivation, RunStatus
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan
 from tests.controlplane.telemetry_fakes import FakePrometheus, fake_prometheus
-from workers.tasks import telemetry as tasks
 
 pytestmark = pytest.mark.django_db
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 W = 300
 T0 = datetime(2025, 3, 7, 9, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -251,8 +252,11 @@ def test_drift_alerts_raised_names_only_the_derivations_own() -> None:
     assert services.drift_alerts_raised(derivation=none_raised) == []
 
 
-def test_no_alerts_request_no_re_plan() -> None:
-    assert replan_for_drift(alerts=[]) is None
+def test_a_derivation_without_alerts_requests_no_re_plan() -> None:
+    quiet = ProfileDerivation.objects.create(
+        window_start=T0, window_end=DRIFT_AT, status=RunStatus.SUCCEEDED
+    )
+    assert after_derivation(derivation=quiet) is None
     assert not ReplanRun.objects.exists()
 
 

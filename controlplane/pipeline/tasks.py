@@ -1,12 +1,14 @@
-"""Telemetry tasks: pull serving metrics from Prometheus, derive workload profiles.
+"""The scheduled links of the chain: pull telemetry, derive workload profiles.
 
-Thin by design: the work is in ``controlplane.telemetry.services``. Beat runs them on the
-schedule ``manage.py install_schedule`` creates (editable in the admin).
+Thin by design: the work is in ``controlplane.telemetry.services``, the decisions of what
+follows in ``controlplane.pipeline.services``. Beat runs both on the schedule
+``manage.py install_schedule`` creates (editable in the admin); the task names are those beat
+entries name.
 
-The pipeline: a pull that stored new samples enqueues a derivation (over the default profile
-window, which ends at the newest pulled bucket) unless ``HEADROOM_TELEMETRY_DERIVE_AFTER_PULL``
-is off; a derivation that raised drift alerts requests a re-plan (trigger ``drift``) unless
-``HEADROOM_REPLAN_ON_DRIFT`` is off. The decisions are the services'.
+A pull that stored new samples enqueues a derivation of the window ``after_pull`` names (the
+profile window ending at the newest pulled bucket, unless derived before); a derivation that
+raised drift alerts requests a re-plan (``after_derivation``). The hourly derivation without
+bounds derives that same window, and nothing when it was derived already.
 
 A pull that meets Prometheus down, slow or answering garbage has already saved a failed
 ``TelemetryPull`` report and stored nothing; the task is then retried with exponential backoff
@@ -21,10 +23,11 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
-from controlplane.plans.services import replan_for_drift
+from controlplane.celery import app
+from controlplane.core.tasks import task_send
+from controlplane.pipeline import services as pipeline
 from controlplane.telemetry import services
 from controlplane.telemetry.prometheus import PrometheusBadResponse, PrometheusUnavailable
-from workers.celery import app
 
 PULL_MAX_RETRIES = 5
 
@@ -40,7 +43,7 @@ def _moment(value: str | None, name: str) -> datetime | None:
 
 @app.task(
     bind=True,
-    name="headroom.telemetry.pull",
+    name=services.PULL_TASK,
     autoretry_for=(PrometheusUnavailable, PrometheusBadResponse),
     retry_backoff=30,
     retry_backoff_max=900,
@@ -58,21 +61,26 @@ def pull(
         task_id=str(self.request.id or ""),
     )
     summary = report.summary()
-    summary["derivation_enqueued"] = services.derivation_follows_pull(pull=report)
-    if summary["derivation_enqueued"]:
-        derive_profiles.delay()
+    window = pipeline.after_pull(pull=report)
+    summary["derivation_enqueued"] = window is not None
+    if window is not None:
+        task_send(services.DERIVE_TASK, window[0].isoformat(), window[1].isoformat())
     return summary
 
 
-@app.task(name="headroom.telemetry.derive_profiles")
+@app.task(name=services.DERIVE_TASK)
 def derive_profiles(
     window_start: str | None = None, window_end: str | None = None
 ) -> dict[str, Any]:
-    """Derive workload profiles and drift alerts (by default over the profile window); new
-    drift alerts request a re-plan, whose run id the result gives (None: none requested)."""
-    run = services.workload_profiles_derive(
-        window_start=_moment(window_start, "window_start"),
-        window_end=_moment(window_end, "window_end"),
-    )
-    replan = replan_for_drift(alerts=services.drift_alerts_raised(derivation=run))
+    """Derive workload profiles and drift alerts over [window_start, window_end) (by default
+    the window ``after_pull`` would name; nothing when that was derived before). New drift
+    alerts request a re-plan, whose run id the result gives (None: none requested)."""
+    start, end = _moment(window_start, "window_start"), _moment(window_end, "window_end")
+    if start is None and end is None:
+        due = pipeline.due_derivation_window()
+        if due is None:
+            return {"derivation": None, "status": "skipped", "replan_run": None}
+        start, end = due
+    run = services.workload_profiles_derive(window_start=start, window_end=end)
+    replan = pipeline.after_derivation(derivation=run)
     return {**run.summary(), "replan_run": replan.pk if replan is not None else None}

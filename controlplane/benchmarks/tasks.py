@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.benchmarks import services
-from workers.celery import app
+from controlplane.celery import app
 
 
 @app.task(bind=True, name=services.ENGINE_TASK, acks_late=True, reject_on_worker_lost=True)

@@ -1,15 +1,15 @@
-"""Headroom's periodic tasks on Celery beat's database schedule (django-celery-beat).
+"""Periodic tasks on Celery beat's database schedule (django-celery-beat): what one entry is,
+and creating entries by name.
 
-Each part of the pipeline names the tasks it needs; ``schedule_install`` creates them, once,
-by name. An entry an admin has edited (another interval, disabled) is left as it is unless
-``reset``, which puts back the task, the interval and the enabled flag. The plans and emission
-entries are also created by their apps' migrations, so a fresh database has the re-plan and the
-outbox dispatch scheduled before anyone runs ``manage.py install_schedule``.
+Each app names the entries it needs (``ScheduledTask``); the pipeline's registry
+(``controlplane.pipeline.schedule``) collects them. An entry an admin has edited (another
+interval, disabled) is left as it is unless ``reset``, which puts back the task, the interval
+and the enabled flag.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -55,32 +55,3 @@ def periodic_tasks_install(tasks: Iterable[ScheduledTask], *, reset: bool = Fals
             else:
                 lines.append(f"kept {wanted.name!r} as it is")
     return lines
-
-
-def _parts() -> dict[str, Callable[[], tuple[ScheduledTask, ...]]]:
-    # Imported here: each app's services import this module for ScheduledTask.
-    from controlplane.benchmarks.services import benchmark_schedule
-    from controlplane.emission.services import emission_schedule
-    from controlplane.plans.services import replan_schedule
-    from controlplane.telemetry.services import telemetry_schedule
-
-    return {
-        "telemetry": telemetry_schedule,
-        "plans": replan_schedule,
-        "emission": emission_schedule,
-        "benchmarks": benchmark_schedule,
-    }
-
-
-PARTS = ("telemetry", "plans", "emission", "benchmarks")
-
-
-def headroom_schedule(parts: Iterable[str] = PARTS) -> tuple[ScheduledTask, ...]:
-    """The beat entries of the named parts of the pipeline (all by default)."""
-    known = _parts()
-    return tuple(task for part in parts for task in known[part]())
-
-
-def schedule_install(*, parts: Iterable[str] = PARTS, reset: bool = False) -> list[str]:
-    """Create the beat entries of ``parts`` (all by default); see the module docstring."""
-    return periodic_tasks_install(headroom_schedule(parts), reset=reset)

@@ -34,7 +34,7 @@ def grant_view(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('plans', '0005_drift_trigger'),
+        ('plans', '0006_job_row'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
         ('auth', '0012_alter_user_first_name_max_length'),
         ('contenttypes', '0002_remove_content_type_name'),

@@ -5,17 +5,17 @@ and requeued if its worker dies, so a killed re-plan runs again. That is harmles
 status guard, the planner lock and the inputs hash make a second run store no second plan.
 ``headroom.plans.replan_scheduled`` is what Celery beat sends: it requests a re-plan, whose
 run is then enqueued like any other. Drift re-plans (trigger ``drift``) are requested by the
-profile derivation task (``workers.tasks.telemetry``) when it raised new drift alerts.
+pipeline after a derivation that raised new drift alerts (``controlplane.pipeline``).
 """
 
 from __future__ import annotations
 
+from controlplane.celery import app
 from controlplane.plans.models import Plan
-from controlplane.plans.services import replan_execute, replan_request
-from workers.celery import app
+from controlplane.plans.services import REPLAN_TASK, replan_execute, replan_request
 
 
-@app.task(name="headroom.plans.replan", acks_late=True, reject_on_worker_lost=True)
+@app.task(name=REPLAN_TASK, acks_late=True, reject_on_worker_lost=True)
 def replan(run_id: int) -> str | None:
     """Run the re-plan ``run_id``; returns its final status (None: no such run)."""
     run = replan_execute(run_id=run_id)

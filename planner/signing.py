@@ -11,8 +11,11 @@ The sender computes, for each attempt::
 A receiver recomputes the digest from the raw body bytes (before any JSON parsing), compares it
 in constant time, and refuses a timestamp further than its tolerance from its own clock (a
 replay of a captured request, once the tolerance has passed, fails). Signing the key too means
-a captured body cannot be replayed under a fresh key to slip past deduplication. This module
-has no Django dependency, so the shipped receiver and any Python consumer can import it.
+a captured body cannot be replayed under a fresh key to slip past deduplication.
+
+A wire contract between the control plane (``controlplane.emission.sinks.webhook`` signs) and
+its receivers, so it lives with the other formats in ``planner``: no Django, and the shipped
+receiver (``workers.webhook_receiver``) and any Python consumer can import it.
 """
 
 from __future__ import annotations
