@@ -25,7 +25,7 @@ def num(value: Any, digits: int = 2) -> str:
     number = _float(value)
     if number is None:
         return "—" if value is None else str(value)
-    if 0 < abs(number) < 10 ** -int(digits):
+    if int(digits) > 0 and 0 < abs(number) < 10 ** -int(digits):
         return f"{number:.2g}"  # small but not zero: two significant digits, not "0"
     text = f"{number:,.{int(digits)}f}"
     if "." in text:
