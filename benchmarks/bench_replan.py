@@ -467,14 +467,15 @@ def section(results: Sequence[Result], database: str, settings_line: str) -> str
     )
 
 
-def write_docs(text: str, docs: Path = DOCS) -> None:
-    """Replace (or append) the re-plan section of ``docs``, leaving other sections alone."""
+def write_docs(text: str, docs: Path = DOCS, heading: str = SECTION) -> None:
+    """Replace (or append) the section under ``heading`` (the re-plan's by default) of
+    ``docs``, leaving other sections alone."""
     current = docs.read_text() if docs.exists() else "# Benchmarks\n"
-    start = current.find(SECTION + "\n")
+    start = current.find(heading + "\n")
     if start == -1:
         updated = current.rstrip("\n") + "\n\n" + text
     else:
-        end = current.find("\n## ", start + len(SECTION))
+        end = current.find("\n## ", start + len(heading))
         tail = "" if end == -1 else current[end + 1 :]
         updated = current[:start] + text + ("\n" + tail if tail else "")
     docs.write_text(updated)

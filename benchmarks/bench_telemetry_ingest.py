@@ -1,4 +1,4 @@
-"""Benchmark: telemetry samples stored per second (``controlplane.telemetry.services``).
+"""Benchmark: telemetry samples stored per second (``controlplane.telemetry.storage``).
 
 Times ``samples_store`` as a pull uses it, in its own transaction including the commit: on
 PostgreSQL a binary COPY into a temporary table and ``INSERT … ON CONFLICT DO NOTHING``, on
@@ -39,9 +39,9 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 
-from controlplane.telemetry import services  # noqa: E402
+from controlplane.telemetry.metrics import METRICS  # noqa: E402
 from controlplane.telemetry.models import TelemetrySeries  # noqa: E402
-from controlplane.telemetry.services import SeriesKey  # noqa: E402
+from controlplane.telemetry.storage import SeriesKey, samples_store, series_ids  # noqa: E402
 
 GOAL_PER_S = 50_000
 BUCKET_S = 300
@@ -49,8 +49,8 @@ BUCKET_S = 300
 
 def _keys(prefix: str, count: int) -> list[SeriesKey]:
     """``count`` series shaped like a fleet's: tenants × regions × metrics × bucket bounds."""
-    metrics = [(family.name, "") for family in services.METRICS if family.kind != "histogram"]
-    for family in services.METRICS:
+    metrics = [(family.name, "") for family in METRICS if family.kind != "histogram"]
+    for family in METRICS:
         if family.kind == "histogram":
             metrics += [(family.name + "_bucket", le) for le in ("1.0", "10.0", "100.0", "+Inf")]
             metrics += [(family.name + "_sum", ""), (family.name + "_count", "")]
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = _keys(prefix, args.series)
     start = time.perf_counter()
     with transaction.atomic():
-        ids = services.series_ids(keys=keys, bucket_s=BUCKET_S)
+        ids = series_ids(keys=keys, bucket_s=BUCKET_S)
     series_s = time.perf_counter() - start
     print(f"{len(ids)} series created in {series_s * 1000:.0f} ms")
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             ]
             for label, times in (("new", fresh), ("again", repeat)):
                 start = time.perf_counter()
-                stored = services.samples_store(rows=rows)
+                stored = samples_store(rows=rows)
                 elapsed = time.perf_counter() - start
                 expected = per_batch if label == "new" else 0
                 if stored != expected:

@@ -11,9 +11,14 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
 
 from controlplane.core.conf import envbool, envint, envlist, envnetworks, envsecret, envstr
 from planner.placement.problem import DEFAULT_TARGET_UTILIZATION
+
+# Lets the admin and form classes take type arguments at run time (``TabularInline[Zone]``),
+# as django-stubs declares them.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("HEADROOM_VAR_DIR", str(BASE_DIR / "var")))
@@ -51,10 +56,13 @@ INSTALLED_APPS = [
     "controlplane.emission",
     "controlplane.web",
     "controlplane.pipeline",
+    "controlplane.finance",
     "axes",
 ]
 
 MIDDLEWARE = [
+    # Probes (/healthz, /readyz) from a pod IP, answered before the Host check refuses them.
+    "controlplane.health.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Errors under /api/ that no DRF view shaped (no such route, a refused Host, an unhandled
@@ -118,9 +126,18 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(envstr("STATIC_ROOT", str(BASE_DIR / "staticfiles")))
-# WhiteNoise serves /static/ in every mode; with the finders it needs no collectstatic step, so
-# a process started as gunicorn alone serves the admin's and the pages' assets.
-WHITENOISE_USE_FINDERS = True
+# WhiteNoise serves the collected files from the web process itself; in production with
+# hashed names (cached for a year), which `collectstatic` writes at image build time.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
 
 # Sign-in: the operators' login page, and the fleet overview after it (also for the API's
 # session login at /api/auth/login/ when no ?next= is given).
@@ -135,7 +152,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.core.roles.RolePermission"],
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "controlplane.core.filters.StrictFilterBackend",
         "rest_framework.filters.OrderingFilter",
         "rest_framework.filters.SearchFilter",
     ],
@@ -173,6 +190,21 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Every task stops within a time limit: the soft limit raises inside the task (a re-plan or a
+# benchmark run then ends FAILED with the reason), the hard limit ends the worker process.
+CELERY_TASK_TIME_LIMIT = envint("HEADROOM_TASK_TIME_LIMIT_S", 7200, minimum=120)
+CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 60
+# Late acknowledgement on Redis: a task not acknowledged within the visibility timeout is
+# handed to another worker. It must outlast the longest run (the hard limit) plus the longest
+# retry countdown (pulls back off up to 15 minutes), or a slow task would run twice.
+HEADROOM_MAX_RETRY_COUNTDOWN_S = 900
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": envint(
+        "HEADROOM_BROKER_VISIBILITY_TIMEOUT_S",
+        2 * (CELERY_TASK_TIME_LIMIT + HEADROOM_MAX_RETRY_COUNTDOWN_S),
+        minimum=CELERY_TASK_TIME_LIMIT + HEADROOM_MAX_RETRY_COUNTDOWN_S + 1,
+    )
+}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 
 LOGGING = {

@@ -1,11 +1,10 @@
 """URL map: the operators' pages at /, admin UI, REST API under /api/, OpenAPI schema and docs."""
 
 from django.contrib import admin
-from django.contrib.staticfiles.storage import staticfiles_storage
 from django.urls import include, path
-from django.views.generic import RedirectView
 
 from controlplane.api.roots import benchmarks_root, telemetry_root
+from controlplane.web.views import favicon
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -15,10 +14,8 @@ urlpatterns = [
     path("api/plans/", include("controlplane.plans.urls")),
     path("api/benchmarks/", benchmarks_root, name="benchmarks-root"),
     path("api/benchmarks/", include("controlplane.benchmarks.urls")),
+    path("api/finance/", include("controlplane.finance.urls")),
     path("api/", include("controlplane.api.urls")),
-    path(
-        "favicon.ico",
-        RedirectView.as_view(url=staticfiles_storage.url("web/favicon.svg"), permanent=True),
-    ),
+    path("favicon.ico", favicon, name="favicon"),
     path("", include("controlplane.web.urls")),
 ]

@@ -15,7 +15,7 @@ a captured body cannot be replayed under a fresh key to slip past deduplication.
 
 A wire contract between the control plane (``controlplane.emission.sinks.webhook`` signs) and
 its receivers, so it lives with the other formats in ``planner``: no Django, and the shipped
-receiver (``workers.webhook_receiver``) and any Python consumer can import it.
+receiver (``workers.simulators.webhook_receiver``) and any Python consumer can import it.
 """
 
 from __future__ import annotations

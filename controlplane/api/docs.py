@@ -47,6 +47,7 @@ class SwaggerUIView(SpectacularSwaggerView):
 
     @extend_schema(exclude=True)
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        # drf-spectacular leaves this view's get() unannotated.
         response: Response = super().get(request, *args, **kwargs)  # type: ignore[no-untyped-call]
         ui_settings = spectacular_settings.SWAGGER_UI_SETTINGS
         if isinstance(ui_settings, dict):

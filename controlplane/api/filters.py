@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from controlplane.core.filters import StrictFilterSet
 from controlplane.fleet.models import (
     CapacityFigure,
     Geography,
@@ -25,13 +26,13 @@ from controlplane.fleet.models import (
 from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
 
 
-class RegionFilter(django_filters.FilterSet):
+class RegionFilter(StrictFilterSet):
     class Meta:
         model = Region
         fields = ("geography",)
 
 
-class ZoneFilter(django_filters.FilterSet):
+class ZoneFilter(StrictFilterSet):
     geography = django_filters.ModelChoiceFilter(
         field_name="region__geography",
         queryset=Geography.objects.all(),
@@ -43,7 +44,7 @@ class ZoneFilter(django_filters.FilterSet):
         fields = ("region", "state")
 
 
-class RegionLinkFilter(django_filters.FilterSet):
+class RegionLinkFilter(StrictFilterSet):
     region = django_filters.ModelChoiceFilter(
         queryset=Region.objects.all(),
         method="filter_either_end",
@@ -60,7 +61,7 @@ class RegionLinkFilter(django_filters.FilterSet):
         return queryset.filter(Q(region_a=value) | Q(region_b=value))
 
 
-class ZoneInventoryFilter(django_filters.FilterSet):
+class ZoneInventoryFilter(StrictFilterSet):
     region = django_filters.ModelChoiceFilter(
         field_name="zone__region", queryset=Region.objects.all(), label="Zones of this region."
     )
@@ -70,13 +71,13 @@ class ZoneInventoryFilter(django_filters.FilterSet):
         fields = ("zone", "accelerator")
 
 
-class ReplicaShapeFilter(django_filters.FilterSet):
+class ReplicaShapeFilter(StrictFilterSet):
     class Meta:
         model = ReplicaShape
         fields = ("model", "accelerator")
 
 
-class CapacityFigureFilter(django_filters.FilterSet):
+class CapacityFigureFilter(StrictFilterSet):
     stale = django_filters.TypedChoiceFilter(
         choices=[("true", "true"), ("false", "false")],
         coerce=lambda value: value == "true",
@@ -98,13 +99,13 @@ class CapacityFigureFilter(django_filters.FilterSet):
         return queryset.filter(measured_at__gte=cutoff)
 
 
-class TierFilter(django_filters.FilterSet):
+class TierFilter(StrictFilterSet):
     class Meta:
         model = Tier
         fields = ("failure_promise",)
 
 
-class TenantFilter(django_filters.FilterSet):
+class TenantFilter(StrictFilterSet):
     residency_region = django_filters.ModelChoiceFilter(
         field_name="residency_regions",
         queryset=Region.objects.all(),
@@ -116,13 +117,13 @@ class TenantFilter(django_filters.FilterSet):
         fields = ("tier", "home_region", "residency_geography", "spill_allowed")
 
 
-class TenantQuotaFilter(django_filters.FilterSet):
+class TenantQuotaFilter(StrictFilterSet):
     class Meta:
         model = TenantQuota
         fields = ("tenant",)
 
 
-class WorkloadProfileFilter(django_filters.FilterSet):
+class WorkloadProfileFilter(StrictFilterSet):
     class Meta:
         model = WorkloadProfile
         fields = ("tenant", "model", "workload_class", "region", "source")

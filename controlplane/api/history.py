@@ -11,15 +11,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
-from django.db.models import Model
+from django.contrib.auth.models import AbstractBaseUser
 from django.forms.models import model_to_dict
 from rest_framework import serializers
 from simple_history import utils as history_utils
 
 CHANGE_KINDS = {"+": "created", "~": "changed", "-": "deleted"}
 CHANGE_KIND_CHOICES = [(kind, kind) for kind in sorted(CHANGE_KINDS.values())]
+
+
+class HistoryRow(Protocol):
+    """The fields simple_history adds to every historical row (its model is built at run time)."""
+
+    history_id: int
+    history_date: datetime
+    history_type: str
+    history_change_reason: str | None
+
+    @property
+    def history_user(self) -> AbstractBaseUser | None: ...
 
 
 @dataclass(frozen=True)
@@ -86,7 +98,7 @@ def _changes(row: Any, older: Any | None) -> list[FieldChange]:
     return changes
 
 
-def history_entries(rows: Sequence[Model], older: Model | None) -> list[HistoryEntry]:
+def history_entries(rows: Sequence[HistoryRow], older: HistoryRow | None) -> list[HistoryEntry]:
     """Entries for ``rows`` (one record's history rows, newest first).
 
     ``older`` is the row just before the last of ``rows`` (None when the last is the first),
@@ -95,15 +107,15 @@ def history_entries(rows: Sequence[Model], older: Model | None) -> list[HistoryE
     entries = []
     for index, row in enumerate(rows):
         previous = rows[index + 1] if index + 1 < len(rows) else older
-        user = row.history_user  # type: ignore[attr-defined]
+        user = row.history_user
         entries.append(
             HistoryEntry(
-                history_id=row.history_id,  # type: ignore[attr-defined]
-                date=row.history_date,  # type: ignore[attr-defined]
-                kind=CHANGE_KINDS[row.history_type],  # type: ignore[attr-defined]
+                history_id=row.history_id,
+                date=row.history_date,
+                kind=CHANGE_KINDS[row.history_type],
                 user_id=None if user is None else user.pk,
                 user=None if user is None else user.get_username(),
-                change_reason=row.history_change_reason,  # type: ignore[attr-defined]
+                change_reason=row.history_change_reason,
                 revision=getattr(row, "revision", None),
                 changes=_changes(row, previous),
             )

@@ -16,6 +16,7 @@ from django.db.models import Model
 from rest_framework import serializers
 
 from controlplane.api.services import record_save
+from controlplane.core.serializers import StrictModelSerializer
 from controlplane.fleet.models import (
     AcceleratorType,
     CapacityFigure,
@@ -79,8 +80,9 @@ class JSONDocumentField(serializers.JSONField):
             self._check(item, depth=depth + 1)
 
 
-class RecordSerializer(serializers.ModelSerializer[Any]):
-    """Writes through ``record_save`` so the model's ``full_clean()`` rules apply."""
+class RecordSerializer(StrictModelSerializer):
+    """Writes through ``record_save`` so the model's ``full_clean()`` rules apply; unknown
+    fields, booleans as numbers and fractional ids are refused (``core.serializers``)."""
 
     def create(self, validated_data: dict[str, Any]) -> Any:
         model: type[Model] = self.Meta.model
@@ -136,6 +138,7 @@ class AcceleratorTypeSerializer(RecordSerializer):
             "memory_tbps",
             "on_demand_price_per_gpu_hour",
             "reserved_price_per_gpu_hour",
+            "gpu_product",
         )
 
 
@@ -196,6 +199,10 @@ class ReplicaShapeSerializer(RecordSerializer):
             "runtime_reserve_gb_per_gpu",
             "target_utilization",
             "runtime_version",
+            "container_image",
+            "model_path",
+            "max_model_len",
+            "extra_args",
             "kv_pool_gb",
             "context_tokens",
         )

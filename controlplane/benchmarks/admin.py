@@ -8,7 +8,8 @@ of the selected shapes, through the same service the API and the schedule use.
 from __future__ import annotations
 
 import json
-from typing import Any
+from datetime import datetime
+from typing import Any, ClassVar
 
 from django import forms
 from django.contrib import admin, messages
@@ -47,7 +48,7 @@ class BenchmarkRunAdmin(ReadOnlyHistoryAdmin):
     search_fields = ["shape__name", "reason", "error", "task_id"]
     date_hierarchy = "requested_at"
     list_select_related = ["shape"]
-    fields = [
+    fields: ClassVar[tuple[str, ...]] = (
         "shape",
         "kind",
         "status",
@@ -66,7 +67,7 @@ class BenchmarkRunAdmin(ReadOnlyHistoryAdmin):
         "hardware_pretty",
         "software_pretty",
         "results_pretty",
-    ]
+    )
     readonly_fields = fields
 
     @admin.display(description="duration (s)")
@@ -99,7 +100,7 @@ class BenchmarkRunAdmin(ReadOnlyHistoryAdmin):
         return _pretty(obj.results)
 
 
-class BenchmarkEndpointForm(RevisionCheckedForm):
+class BenchmarkEndpointForm(RevisionCheckedForm[BenchmarkEndpoint]):
     # In-cluster replicas usually speak plain HTTP: a host typed without a scheme gets http://.
     base_url = forms.URLField(
         max_length=500,
@@ -168,16 +169,17 @@ class ShapeFreshnessAdmin(ReadOnlyAdmin):
         cached: selectors.Freshness | None = getattr(obj, "_freshness", None)
         if cached is None:
             (cached,) = selectors.shapes_freshness([obj])
+            # A per-request cache on the row object, which the model does not declare.
             obj._freshness = cached  # type: ignore[attr-defined]
         return cached
 
     @admin.display(description="measured at")
-    def measured_at(self, obj: ShapeFreshness) -> Any:
+    def measured_at(self, obj: ShapeFreshness) -> datetime | None:
         figure = self._freshness(obj).figure
         return figure.measured_at if figure is not None else None
 
     @admin.display(description="age (days)")
-    def age_days(self, obj: ShapeFreshness) -> Any:
+    def age_days(self, obj: ShapeFreshness) -> float | None:
         return self._freshness(obj).age_days
 
     @admin.display(description="fresh", boolean=True)
@@ -215,7 +217,9 @@ class ShapeFreshnessAdmin(ReadOnlyAdmin):
         self._queue(request, queryset, BenchmarkRun.Kind.ENDPOINT)
 
     def _queue(self, request: HttpRequest, queryset: QuerySet[ShapeFreshness], kind: str) -> None:
-        queued, kept, without = [], [], []
+        queued: list[str] = []
+        kept: list[str] = []
+        without: list[str] = []
         with_endpoint = selectors.enabled_endpoint_shape_ids()
         for shape in queryset.select_related("model", "accelerator"):
             if kind == BenchmarkRun.Kind.ENDPOINT and shape.pk not in with_endpoint:

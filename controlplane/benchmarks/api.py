@@ -36,11 +36,12 @@ from controlplane.benchmarks.serializers import (
     FreshnessSerializer,
 )
 from controlplane.core.api import QueryGuardMixin, ReadOnlyViewSet, RecordPagination
+from controlplane.core.filters import StrictFilterSet
 from controlplane.core.parsers import StrictJSONParser
 from controlplane.core.roles import ROLES, RolePermission
 
 
-class BenchmarkRunFilter(django_filters.FilterSet):  # type: ignore[misc]
+class BenchmarkRunFilter(StrictFilterSet):
     shape = django_filters.CharFilter(field_name="shape__name")
 
     class Meta:
@@ -93,7 +94,7 @@ class BenchmarkRunViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
         )
 
 
-class BenchmarkEndpointFilter(django_filters.FilterSet):  # type: ignore[misc]
+class BenchmarkEndpointFilter(StrictFilterSet):
     shape = django_filters.CharFilter(field_name="shape__name")
 
     class Meta:
@@ -128,6 +129,9 @@ class FreshnessViewSet(QueryGuardMixin, viewsets.GenericViewSet[Any]):
     )
     def list(self, request: Request) -> Response:
         rows = selectors.shapes_freshness()
+        # The rows are a list, which the paginator takes as it takes a queryset; the stubs
+        # accept only a queryset, and type a serializer's instance as one object even with
+        # many=True.
         page = self.paginate_queryset(rows)  # type: ignore[arg-type]
-        data = FreshnessSerializer(page if page is not None else rows, many=True).data
+        data = FreshnessSerializer(page if page is not None else rows, many=True).data  # type: ignore[arg-type]
         return self.get_paginated_response(data) if page is not None else Response(data)

@@ -109,7 +109,7 @@ def workload_summary(model: LlmModel) -> WorkloadSummary:
     total = sum(weights)
 
     def mean(field: str) -> int:
-        value = sum(w * getattr(p, field) for w, p in zip(weights, profiles, strict=True))
+        value: float = sum(w * getattr(p, field) for w, p in zip(weights, profiles, strict=True))
         return max(1, round(value / total))
 
     prompt_mean = mean("prompt_tokens_mean")

@@ -5,20 +5,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import User
 from rest_framework import serializers
 
 from controlplane.api.serializers import REVISION_FIELDS, RevisionedSerializer
 from controlplane.benchmarks import selectors
 from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun
 from controlplane.benchmarks.selectors import Freshness
+from controlplane.core.serializers import StrictFieldsMixin
 from controlplane.fleet.models import ReplicaShape
 
 
 class BenchmarkRunSerializer(serializers.ModelSerializer[BenchmarkRun]):
-    shape = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    shape: serializers.SlugRelatedField[ReplicaShape] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    requested_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     duration_s = serializers.FloatField(read_only=True, allow_null=True)
-    figures = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    # What PrimaryKeyRelatedField(many=True, read_only=True) builds, spelled out for the type.
+    figures = serializers.ManyRelatedField(
+        child_relation=serializers.PrimaryKeyRelatedField(read_only=True), read_only=True
+    )
 
     class Meta:
         model = BenchmarkRun
@@ -47,7 +56,7 @@ class BenchmarkRunSerializer(serializers.ModelSerializer[BenchmarkRun]):
         read_only_fields = fields
 
 
-class BenchmarkRequestSerializer(serializers.Serializer[Any]):
+class BenchmarkRequestSerializer(StrictFieldsMixin, serializers.Serializer[Any]):
     """The body of ``POST /api/benchmarks/runs/``: the shape to measure, by name, and the
     kind of run (an endpoint load test needs the shape's enabled benchmark endpoint)."""
 
@@ -72,13 +81,6 @@ class BenchmarkRequestSerializer(serializers.Serializer[Any]):
                 }
             )
         return attrs
-
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(str(key) for key in data if key not in self.fields)
-            if unknown:
-                raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
-        return super().to_internal_value(data)
 
 
 class FreshnessSerializer(serializers.Serializer[Freshness]):

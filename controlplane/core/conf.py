@@ -149,14 +149,35 @@ def envnetworks(
     return tuple(networks)
 
 
+# Words that mark a value copied from an example rather than generated.
+_PLACEHOLDER_WORDS = ("replace", "change-me", "changeme", "example", "placeholder", "insecure")
+MIN_SECRET_LENGTH = 50
+
+
 def envsecret(name: str, *, required: bool, dev_default: str) -> str:
-    """A secret: required in production, a fixed development value otherwise."""
+    """A secret: required in production, a fixed development value otherwise.
+
+    In production (``required``) a value that is short, is the development value, or reads
+    like a placeholder (``replace-me``, ``changeme`` …) is refused: a deployment must not run
+    on a key anyone can read in the repository.
+    """
     raw = os.environ.get(name, "")
-    if raw:
-        return raw
-    if required:
+    if not required:
+        return raw or dev_default
+    if not raw:
         raise ImproperlyConfigured(f"{name} must be set when DEBUG is off")
-    return dev_default
+    lowered = raw.lower()
+    if (
+        raw == dev_default
+        or len(raw) < MIN_SECRET_LENGTH
+        or any(word in lowered for word in _PLACEHOLDER_WORDS)
+    ):
+        raise ImproperlyConfigured(
+            f"{name} looks like a placeholder (it must be at least {MIN_SECRET_LENGTH} "
+            "random characters): generate one with "
+            "python3 -c 'import secrets; print(secrets.token_urlsafe(60))'"
+        )
+    return raw
 
 
 # -- settings read at call time ------------------------------------------------------------------
@@ -225,4 +246,6 @@ def setting_parsed(name: str, parse: Callable[[str], T], default: T) -> T:
         return default
     if isinstance(raw, str):
         return parse(raw)
-    return raw  # type: ignore[no-any-return]
+    # Taken as the structure ``parse`` would have built.
+    structured: T = raw
+    return structured

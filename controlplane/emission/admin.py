@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django import forms
 from django.contrib import admin, messages
@@ -16,7 +16,7 @@ from controlplane.emission import services
 from controlplane.emission.models import AllocationSink, DeliveryAttempt, OutboxEntry
 
 
-class AllocationSinkForm(forms.ModelForm):
+class AllocationSinkForm(forms.ModelForm[AllocationSink]):
     """The secret is never rendered back; leaving it empty keeps the current one."""
 
     url = forms.URLField(
@@ -24,6 +24,12 @@ class AllocationSinkForm(forms.ModelForm):
         max_length=500,
         assume_scheme="https",
         help_text="Webhook: where allocations are POSTed.",
+    )
+    prometheus_url = forms.URLField(
+        required=False,
+        max_length=300,
+        assume_scheme="https",
+        help_text="Kubernetes with KEDA: the Prometheus the ScaledObjects query.",
     )
     secret = forms.CharField(
         required=False,
@@ -46,6 +52,12 @@ class AllocationSinkForm(forms.ModelForm):
             "directory",
             "namespace",
             "container_image",
+            "autoscaler",
+            "prometheus_url",
+            "gpu_node_label",
+            "cpu_per_gpu",
+            "memory_gib_per_gpu",
+            "env_secret",
             "kubectl_apply",
             "kubectl_context",
         ]
@@ -94,14 +106,28 @@ class AllocationSinkAdmin(SimpleHistoryAdmin):
         ("Files and Kubernetes", {"fields": ["directory"]}),
         (
             "Kubernetes",
-            {"fields": ["namespace", "container_image", "kubectl_apply", "kubectl_context"]},
+            {
+                "fields": [
+                    "namespace",
+                    "container_image",
+                    "autoscaler",
+                    "prometheus_url",
+                    "gpu_node_label",
+                    "cpu_per_gpu",
+                    "memory_gib_per_gpu",
+                    "env_secret",
+                    "kubectl_apply",
+                    "kubectl_context",
+                ]
+            },
         ),
         ("Record", {"fields": ["created_at", "updated_at"]}),
     ]
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)
-        if obj is None or self.has_change_permission(request, obj):
+        # SimpleHistoryAdmin overrides the permission checks without annotations.
+        if obj is None or self.has_change_permission(request, obj):  # type: ignore[no-untyped-call]
             return fieldsets
         # A view-only page renders every field's value as text: leave the secret out.
         hidden = {"secret", "clear_secret"}
@@ -111,23 +137,20 @@ class AllocationSinkAdmin(SimpleHistoryAdmin):
         ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AllocationSink]:
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                _pending=Count(
-                    "outbox_entries",
-                    filter=Q(
-                        outbox_entries__status__in=[
-                            OutboxEntry.Status.PENDING,
-                            OutboxEntry.Status.DELIVERING,
-                        ]
-                    ),
+        rows: QuerySet[AllocationSink] = super().get_queryset(request)
+        return rows.annotate(
+            _pending=Count(
+                "outbox_entries",
+                filter=Q(
+                    outbox_entries__status__in=[
+                        OutboxEntry.Status.PENDING,
+                        OutboxEntry.Status.DELIVERING,
+                    ]
                 ),
-                _failed=Count(
-                    "outbox_entries", filter=Q(outbox_entries__status=OutboxEntry.Status.FAILED)
-                ),
-            )
+            ),
+            _failed=Count(
+                "outbox_entries", filter=Q(outbox_entries__status=OutboxEntry.Status.FAILED)
+            ),
         )
 
     @admin.display(description="destination")
@@ -143,9 +166,9 @@ class AllocationSinkAdmin(SimpleHistoryAdmin):
         return int(getattr(sink, "_failed", 0))
 
 
-class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
+class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline[DeliveryAttempt, OutboxEntry]):
     model = DeliveryAttempt
-    fields = [
+    fields: ClassVar[tuple[str, ...]] = (
         "number",
         "outcome",
         "status_code",
@@ -153,7 +176,7 @@ class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
         "finished_at",
         "dispatcher",
         "error",
-    ]
+    )
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -161,7 +184,7 @@ class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
 
 
 @admin.register(OutboxEntry)
-class OutboxEntryAdmin(ListActionsOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[misc]
+class OutboxEntryAdmin(ListActionsOnlyAdminMixin, admin.ModelAdmin[OutboxEntry]):
     list_display = [
         "plan_version",
         "sink",
@@ -176,7 +199,7 @@ class OutboxEntryAdmin(ListActionsOnlyAdminMixin, admin.ModelAdmin):  # type: ig
     search_fields = ["idempotency_key", "region"]
     list_select_related = ["plan", "sink"]
     date_hierarchy = "created_at"
-    readonly_fields = [
+    readonly_fields: ClassVar[tuple[str, ...]] = (
         "plan",
         "sink",
         "region",
@@ -192,7 +215,7 @@ class OutboxEntryAdmin(ListActionsOnlyAdminMixin, admin.ModelAdmin):  # type: ig
         "created_at",
         "updated_at",
         "payload",
-    ]
+    )
     fields = readonly_fields
     inlines = [DeliveryAttemptInline]
     actions = ["retry_now"]

@@ -7,9 +7,8 @@ the last characters), never the value; an update without ``secret`` keeps the cu
 
 from __future__ import annotations
 
-from typing import Any
-
 import django_filters
+from django.db.models import QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -22,6 +21,8 @@ from rest_framework.response import Response
 from controlplane.api.serializers import RecordSerializer
 from controlplane.api.viewsets import RecordViewSet
 from controlplane.core.api import ReadOnlyViewSet, StableOrderingFilter
+from controlplane.core.filters import StrictFilterSet
+from controlplane.core.roles import POLICY_ADMIN, user_roles
 from controlplane.emission import services
 from controlplane.emission.models import AllocationSink, DeliveryAttempt, OutboxEntry
 
@@ -37,7 +38,10 @@ class AllocationSinkSerializer(RecordSerializer):
         help_text="Webhook HMAC key. Write-only; omit it on update to keep the current one.",
     )
     secret_set = serializers.SerializerMethodField()
-    secret_hint = serializers.CharField(read_only=True)
+    secret_hint = serializers.SerializerMethodField(
+        help_text="A mask ending in the secret's last characters, for policy admins; empty for "
+        "other roles and when no secret is set."
+    )
 
     class Meta:
         model = AllocationSink
@@ -54,6 +58,12 @@ class AllocationSinkSerializer(RecordSerializer):
             "timeout_s",
             "namespace",
             "container_image",
+            "autoscaler",
+            "prometheus_url",
+            "gpu_node_label",
+            "cpu_per_gpu",
+            "memory_gib_per_gpu",
+            "env_secret",
             "kubectl_apply",
             "kubectl_context",
             "created_at",
@@ -64,13 +74,21 @@ class AllocationSinkSerializer(RecordSerializer):
     def get_secret_set(self, sink: AllocationSink) -> bool:
         return bool(sink.secret)
 
+    def get_secret_hint(self, sink: AllocationSink) -> str:
+        # Even a few characters of a key help whoever guesses it; only those who may write
+        # the secret see which one is set.
+        request = self.context.get("request")
+        if request is None or POLICY_ADMIN not in user_roles(request.user):
+            return ""
+        return sink.secret_hint
+
     def validate_secret(self, value: str) -> str:
         if "\x00" in value:
             raise ValidationError("The secret may not contain NUL.")
         return value
 
 
-class SinkFilter(django_filters.FilterSet):
+class SinkFilter(StrictFilterSet):
     class Meta:
         model = AllocationSink
         fields = ("kind", "enabled")
@@ -84,7 +102,7 @@ class AllocationSinkViewSet(RecordViewSet):
     ordering_fields = ("id", "name", "kind", "enabled")
 
 
-class DeliveryAttemptSerializer(serializers.ModelSerializer):
+class DeliveryAttemptSerializer(serializers.ModelSerializer[DeliveryAttempt]):
     class Meta:
         model = DeliveryAttempt
         fields = (
@@ -98,13 +116,13 @@ class DeliveryAttemptSerializer(serializers.ModelSerializer):
         )
 
 
-class OutboxEntrySerializer(serializers.ModelSerializer):
+class OutboxEntrySerializer(serializers.ModelSerializer[OutboxEntry]):
     plan_version = serializers.IntegerField(source="plan.version", read_only=True)
     sink_name = serializers.CharField(source="sink.name", read_only=True)
 
     class Meta:
         model = OutboxEntry
-        fields = (
+        fields: tuple[str, ...] = (
             "id",
             "plan",
             "plan_version",
@@ -133,7 +151,7 @@ class OutboxEntryDetailSerializer(OutboxEntrySerializer):
         read_only_fields = fields
 
 
-class OutboxFilter(django_filters.FilterSet):
+class OutboxFilter(StrictFilterSet):
     plan_version = django_filters.NumberFilter(field_name="plan__version")
 
     class Meta:
@@ -151,13 +169,13 @@ class OutboxEntryViewSet(ReadOnlyViewSet):
     search_fields = ("idempotency_key", "region")
     ordering_fields = ("id", "created_at", "next_attempt_at", "status", "attempts")
 
-    def get_queryset(self) -> Any:
-        queryset = super().get_queryset()
+    def get_queryset(self) -> QuerySet[OutboxEntry]:
+        queryset: QuerySet[OutboxEntry] = super().get_queryset()
         if self.action == "retrieve":
             queryset = queryset.prefetch_related("attempt_log")
         return queryset
 
-    def get_serializer_class(self) -> Any:
+    def get_serializer_class(self) -> type[OutboxEntrySerializer]:
         if self.action in ("retrieve", "retry"):
             return OutboxEntryDetailSerializer
         return OutboxEntrySerializer

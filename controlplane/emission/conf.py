@@ -14,8 +14,9 @@ environment variable, else the default below; a malformed value is an error).
   timeout.
 - ``HEADROOM_EMISSION_BATCH`` (100): rows one dispatch run claims at most.
 - ``HEADROOM_KUBECTL`` (``kubectl``): the kubectl executable Kubernetes sinks apply with.
-- ``HEADROOM_HPA_METRIC`` (``llm_inflight_requests``): the per-pod metric (running + queued
-  requests) that the emitted autoscalers target; a metrics adapter must provide it.
+- ``HEADROOM_HPA_METRIC`` (``vllm_requests_in_flight``): the per-pod metric (vLLM's running +
+  waiting requests) that the emitted HorizontalPodAutoscalers target; prometheus-adapter
+  serves it with the rule shipped in ``deploy/prometheus-adapter/rules.yaml``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from controlplane.core.conf import setting_int, setting_number, setting_text
+
+# The name prometheus-adapter gives vLLM's running + waiting requests per pod
+# (deploy/prometheus-adapter/rules.yaml).
+DEFAULT_HPA_METRIC = "vllm_requests_in_flight"
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ def emission_settings() -> EmissionSettings:
         raise ImproperlyConfigured(
             "HEADROOM_EMISSION_BACKOFF_MAX_S must be at least HEADROOM_EMISSION_BACKOFF_BASE_S"
         )
-    metric = setting_text("HEADROOM_HPA_METRIC", "llm_inflight_requests")
+    metric = setting_text("HEADROOM_HPA_METRIC", DEFAULT_HPA_METRIC)
     if not metric:
         raise ImproperlyConfigured("HEADROOM_HPA_METRIC must name a metric")
     return EmissionSettings(

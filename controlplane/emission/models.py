@@ -46,6 +46,18 @@ _SINK_NAME = RegexValidator(
     "Use letters, digits and . _ - (starting with a letter or digit).",
 )
 _DIRECTORY_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+_DNS_SUBDOMAIN = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    "A Kubernetes object name: lower-case letters, digits, '-' and '.'.",
+)
+# A label key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters.
+_LABEL_KEY = RegexValidator(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$",
+    "A Kubernetes label key such as nvidia.com/gpu.product.",
+)
+# The GPU product label NVIDIA GPU feature discovery puts on GPU nodes.
+DEFAULT_GPU_NODE_LABEL = "nvidia.com/gpu.product"
 
 
 class AllocationSink(models.Model):
@@ -53,6 +65,10 @@ class AllocationSink(models.Model):
         WEBHOOK = "webhook", "HTTP webhook"
         FILES = "files", "JSON files"
         KUBERNETES = "kubernetes", "Kubernetes manifests"
+
+    class Autoscaler(models.TextChoices):
+        HPA = "hpa", "HorizontalPodAutoscaler (prometheus-adapter)"
+        KEDA = "keda", "KEDA ScaledObject (Prometheus trigger)"
 
     kind = models.CharField(max_length=16, choices=Kind.choices)
     name = models.CharField(max_length=64, unique=True, validators=[_SINK_NAME])
@@ -93,7 +109,53 @@ class AllocationSink(models.Model):
     container_image = models.CharField(
         max_length=255,
         blank=True,
-        help_text="Kubernetes: the model server image each Deployment runs.",
+        help_text=(
+            "Kubernetes: the model server image (stock vLLM, e.g. vllm/vllm-openai:v0.11.0) for "
+            "shapes whose record names none."
+        ),
+    )
+    autoscaler = models.CharField(
+        max_length=8,
+        choices=Autoscaler.choices,
+        default=Autoscaler.HPA,
+        help_text=(
+            "Kubernetes: a HorizontalPodAutoscaler on the vLLM metric served by "
+            "prometheus-adapter (deploy/prometheus-adapter/), or a KEDA ScaledObject querying "
+            "Prometheus itself."
+        ),
+    )
+    prometheus_url = models.URLField(
+        max_length=300,
+        blank=True,
+        help_text="Kubernetes with KEDA: the Prometheus the ScaledObjects query.",
+    )
+    gpu_node_label = models.CharField(
+        max_length=253,
+        default=DEFAULT_GPU_NODE_LABEL,
+        validators=[_LABEL_KEY],
+        help_text=(
+            "Kubernetes: the node label naming the GPU type; pods require the accelerator's GPU "
+            "product value in it (NVIDIA GPU feature discovery writes nvidia.com/gpu.product)."
+        ),
+    )
+    cpu_per_gpu = models.FloatField(
+        default=4.0,
+        validators=[finite, MinValueValidator(0.1), MaxValueValidator(256)],
+        help_text="Kubernetes: CPU cores each replica requests per GPU.",
+    )
+    memory_gib_per_gpu = models.FloatField(
+        default=32.0,
+        validators=[finite, MinValueValidator(1), MaxValueValidator(4096)],
+        help_text="Kubernetes: memory (GiB) each replica requests, and is limited to, per GPU.",
+    )
+    env_secret = models.CharField(
+        max_length=253,
+        blank=True,
+        validators=[_DNS_SUBDOMAIN],
+        help_text=(
+            "Kubernetes: a Secret whose keys become the model server's environment (HF_TOKEN "
+            "for gated models); optional, so pods start without it."
+        ),
     )
     kubectl_apply = models.BooleanField(
         default=False,
@@ -143,6 +205,11 @@ class AllocationSink(models.Model):
                 errors["namespace"] = "A Kubernetes sink needs a namespace."
             if not self.container_image.strip():
                 errors["container_image"] = "A Kubernetes sink needs a container image."
+            if self.autoscaler == self.Autoscaler.KEDA:
+                if not self.prometheus_url:
+                    errors["prometheus_url"] = "A KEDA sink needs the Prometheus to query."
+                elif urlsplit(self.prometheus_url).scheme not in ("http", "https"):
+                    errors["prometheus_url"] = "Use an http:// or https:// URL."
         if errors:
             raise ValidationError(errors)
 

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from django.db import OperationalError, connection, transaction
@@ -34,9 +35,12 @@ from controlplane.emission.payload import (
     AllocationRow,
     PlanSnapshot,
     RoutingRow,
+    ShapeServing,
     region_documents,
 )
+from controlplane.fleet.models import ReplicaShape
 from controlplane.plans.models import Plan
+from controlplane.policies.models import TenantQuota
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +82,28 @@ def idempotency_key(*, plan: Plan, region: str, sink: AllocationSink) -> str:
     return f"headroom:plan-v{plan.version}:{region}:sink-{sink.pk}"
 
 
+def shape_serving(*, names: set[str]) -> dict[str, ShapeServing]:
+    """How a cluster starts each named shape, from its records as they are now."""
+    shapes = ReplicaShape.objects.filter(name__in=names).select_related("model", "accelerator")
+    return {
+        shape.name: ShapeServing(
+            image=shape.container_image,
+            model_path=shape.served_model_path,
+            served_model_name=shape.model.name,
+            tensor_parallel_size=shape.gpus_per_replica,
+            max_model_len=shape.max_model_len,
+            extra_args=tuple(str(a) for a in shape.extra_args or ()),
+            gpu_product=shape.accelerator.node_label_value,
+        )
+        for shape in shapes
+    }
+
+
 def plan_snapshot(*, plan: Plan) -> PlanSnapshot:
-    """The plan's allocations and routing as plain rows (the payload builder's input)."""
+    """The plan's allocations and routing as plain rows (the payload builder's input), with
+    how a cluster starts each of its shapes as the shapes' records say at this moment (the
+    activation: the outbox keeps the documents built then)."""
+    allocations = list(plan.allocations.all())
     return PlanSnapshot(
         plan_id=int(plan.pk),
         version=plan.version,
@@ -97,7 +121,7 @@ def plan_snapshot(*, plan: Plan) -> PlanSnapshot:
                 replicas=a.replicas,
                 cost_per_hour=a.cost_per_hour,
             )
-            for a in plan.allocations.all()
+            for a in allocations
         ),
         routing=tuple(
             RoutingRow(
@@ -109,6 +133,11 @@ def plan_snapshot(*, plan: Plan) -> PlanSnapshot:
             )
             for r in plan.routing.all()
         ),
+        serving=shape_serving(names={a.shape for a in allocations}),
+        quota_replica_s_per_s={
+            quota.tenant.name: quota.budget_rate_replica_s_per_s
+            for quota in TenantQuota.objects.select_related("tenant")
+        },
     )
 
 
@@ -241,7 +270,7 @@ def outbox_dispatch(
     """
     conf = emission_settings()
     report = DispatchReport(dispatcher=_dispatcher_name())
-    clock = (lambda: now) if now is not None else timezone.now
+    clock: Callable[[], datetime] = (lambda: now) if now is not None else timezone.now
     candidates = _statement(
         lambda: list(
             OutboxEntry.objects.claimable(clock())
@@ -256,9 +285,7 @@ def outbox_dispatch(
         if not _claim(entry_id, claim=report.dispatcher, now=started, hold_s=hold_s):
             continue
         report.claimed += 1
-        entry = _statement(
-            lambda pk=entry_id: OutboxEntry.objects.select_related("sink").get(pk=pk)
-        )
+        entry = _statement(partial(OutboxEntry.objects.select_related("sink").get, pk=entry_id))
         try:
             result = sinks.deliver(
                 entry.sink,

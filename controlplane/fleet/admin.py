@@ -65,14 +65,15 @@ class GeographyAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     search_fields = ["name", "description"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Geography]:
-        return super().get_queryset(request).annotate(_region_count=Count("regions"))
+        rows: QuerySet[Geography] = super().get_queryset(request)
+        return rows.annotate(_region_count=Count("regions"))
 
     @admin.display(description="regions", ordering="_region_count")
     def region_count(self, obj: Geography) -> int:
         return int(getattr(obj, "_region_count", 0))
 
 
-class ZoneInline(HumanFieldsMixin, admin.TabularInline):
+class ZoneInline(HumanFieldsMixin, admin.TabularInline[Zone, Region]):
     model = Zone
     fields = ["name", "state"]
     extra = 0
@@ -90,14 +91,15 @@ class RegionAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     inlines = [ZoneInline]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Region]:
-        return super().get_queryset(request).annotate(_zone_count=Count("zones"))
+        rows: QuerySet[Region] = super().get_queryset(request)
+        return rows.annotate(_zone_count=Count("zones"))
 
     @admin.display(description="zones", ordering="_zone_count")
     def zone_count(self, obj: Region) -> int:
         return int(getattr(obj, "_zone_count", 0))
 
 
-class ZoneInventoryInline(HumanFieldsMixin, admin.TabularInline):
+class ZoneInventoryInline(HumanFieldsMixin, admin.TabularInline[ZoneInventory, Zone]):
     model = ZoneInventory
     fields = ["accelerator", "gpus_available"]
     autocomplete_fields = ["accelerator"]
@@ -136,13 +138,15 @@ class AcceleratorTypeAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
         "memory_tbps",
         "on_demand_price_per_gpu_hour",
         "reserved_price_per_gpu_hour",
+        "gpu_product",
         "gpus_in_inventory",
     ]
     ordering = ["name"]
-    search_fields = ["name"]
+    search_fields = ["name", "gpu_product"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AcceleratorType]:
-        return super().get_queryset(request).annotate(_gpus=Sum("inventory__gpus_available"))
+        rows: QuerySet[AcceleratorType] = super().get_queryset(request)
+        return rows.annotate(_gpus=Sum("inventory__gpus_available"))
 
     @admin.display(description="GPUs in inventory", ordering="_gpus")
     def gpus_in_inventory(self, obj: AcceleratorType) -> int:
@@ -201,7 +205,7 @@ class LlmModelAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
         return f"{per_token:,.0f} B ({per_token / MIB:.3f} MiB)"
 
 
-class CapacityFigureInline(HumanFieldsMixin, admin.TabularInline):
+class CapacityFigureInline(HumanFieldsMixin, admin.TabularInline[CapacityFigure, ReplicaShape]):
     model = CapacityFigure
     fields = [
         "workload_class",
@@ -240,6 +244,17 @@ class ReplicaShapeAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
         (
             "Runtime",
             {"fields": ["runtime_reserve_gb_per_gpu", "target_utilization", "runtime_version"]},
+        ),
+        (
+            "Serving",
+            {
+                "fields": ["container_image", "model_path", "max_model_len", "extra_args"],
+                "description": (
+                    "How a cluster starts a replica: the Kubernetes sink runs vLLM's OpenAI "
+                    "server with these, the model's name as --served-model-name and GPUs per "
+                    "replica as --tensor-parallel-size."
+                ),
+            },
         ),
         ("Derived", {"fields": ["weights_per_gpu", "kv_pool", "context_tokens"]}),
     ]
@@ -338,7 +353,7 @@ class CapacityFigureAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
 
     @admin.display(description="workload class", ordering="workload_class__name")
     def workload_class_or_all(self, obj: CapacityFigure) -> str:
-        return obj.workload_class.name if obj.workload_class_id else "all classes"
+        return obj.workload_class.name if obj.workload_class is not None else "all classes"
 
     @admin.display(description="age", ordering="measured_at")
     def age(self, obj: CapacityFigure) -> str | None:

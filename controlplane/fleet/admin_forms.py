@@ -9,7 +9,8 @@ what was typed, and the form answers with what is wrong while keeping the value.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from django import forms
 from django.db import models
@@ -85,7 +86,9 @@ class HumanFieldsMixin:
     ``HUMAN_LABELS``, and history lists that show "—" rather than "None"."""
 
     object_history_list_template = "admin/headroom/object_history_list.html"
-    formfield_overrides = {models.FloatField: {"form_class": FiniteFloatField}}
+    formfield_overrides: ClassVar[Mapping[type[models.Field[Any, Any]], Mapping[str, Any]]] = {
+        models.FloatField: {"form_class": FiniteFloatField}
+    }
 
     def formfield_for_dbfield(
         self, db_field: models.Field[Any, Any], request: HttpRequest, **kwargs: Any

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
@@ -27,6 +27,12 @@ from controlplane.core.validators import (
 from planner.capacity import memory
 
 GB = memory.GB
+
+# A Kubernetes label value: at most 63 characters, alphanumeric at both ends.
+_LABEL_VALUE = RegexValidator(
+    r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$",
+    "A Kubernetes label value: letters, digits, '-', '_' and '.', alphanumeric at both ends.",
+)
 
 
 class Geography(models.Model):
@@ -116,6 +122,16 @@ class AcceleratorType(models.Model):
     memory_tbps = models.FloatField(validators=[positive], help_text="Memory bandwidth, TB/s.")
     on_demand_price_per_gpu_hour = models.FloatField(validators=[positive])
     reserved_price_per_gpu_hour = models.FloatField(validators=[positive])
+    gpu_product = models.CharField(
+        max_length=63,
+        blank=True,
+        validators=[_LABEL_VALUE],
+        help_text=(
+            "The GPU's node label value, as NVIDIA GPU feature discovery writes it in "
+            "nvidia.com/gpu.product (e.g. NVIDIA-H100-80GB-HBM3); emitted pods are placed on "
+            "nodes carrying it. Empty = the accelerator's name."
+        ),
+    )
     history = HistoricalRecords()
 
     class Meta:
@@ -123,6 +139,11 @@ class AcceleratorType(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def node_label_value(self) -> str:
+        """The value emitted pods require of the GPU product node label."""
+        return self.gpu_product or self.name
 
     def clean(self) -> None:
         if (
@@ -239,8 +260,39 @@ class LlmModel(models.Model):
         )
 
 
+# Arguments the Kubernetes sink derives from the shape itself (vLLM's own spellings, checked
+# against vllm/engine/arg_utils.py and vllm/entrypoints/openai/cli_args.py): a shape's extra
+# arguments may not set them a second time.
+SERVING_FLAGS_SET_BY_HEADROOM = (
+    "--model",
+    "--served-model-name",
+    "--tensor-parallel-size",
+    "-tp",
+    "--max-model-len",
+    "--host",
+    "--port",
+)
+MAX_EXTRA_ARGS = 64
+MAX_EXTRA_ARG_LENGTH = 500
+_IMAGE_REFERENCE = RegexValidator(
+    r"^[a-z0-9][a-z0-9._/:@-]*$",
+    "A container image reference such as vllm/vllm-openai:v0.11.0 (lower-case, no spaces).",
+)
+
+
+def _serving_flag(argument: str) -> str:
+    """``--max-model-len=4096`` → ``--max-model-len``; vLLM also accepts underscores."""
+    return argument.split("=", 1)[0].replace("_", "-")
+
+
 class ReplicaShape(models.Model):
-    """One replica: a model on ``gpus_per_replica`` accelerators (tensor parallel)."""
+    """One replica: a model on ``gpus_per_replica`` accelerators (tensor parallel).
+
+    The serving fields (``container_image``, ``model_path``, ``max_model_len``,
+    ``extra_args``) say how a cluster starts the replica: the Kubernetes sink runs vLLM's
+    OpenAI server with ``--model <model_path>``, ``--served-model-name <model>``,
+    ``--tensor-parallel-size <gpus_per_replica>`` and ``--max-model-len`` where given.
+    """
 
     name = models.CharField(max_length=128, unique=True, validators=[slug_validator])
     model = models.ForeignKey(LlmModel, on_delete=models.PROTECT, related_name="shapes")
@@ -260,6 +312,41 @@ class ReplicaShape(models.Model):
         help_text="Planning utilisation for this shape; empty = the fleet default.",
     )
     runtime_version = models.CharField(max_length=64, blank=True)
+    container_image = models.CharField(
+        max_length=255,
+        blank=True,
+        validators=[_IMAGE_REFERENCE],
+        help_text=(
+            "The model server image, e.g. vllm/vllm-openai:v0.11.0; empty = the Kubernetes "
+            "sink's image."
+        ),
+    )
+    model_path = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text=(
+            "What vLLM's --model loads: a Hugging Face repository id "
+            "(meta-llama/Llama-3.3-70B-Instruct) or a path inside the pod; empty = the model's "
+            "name."
+        ),
+    )
+    max_model_len = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text=(
+            "vLLM's --max-model-len: prompt + output tokens of one sequence; empty = the "
+            "model's own. At most what the KV pool holds."
+        ),
+    )
+    extra_args = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=(
+            'Further vLLM arguments, one per item, e.g. ["--enable-prefix-caching", '
+            '"--gpu-memory-utilization=0.92"].'
+        ),
+    )
     history = HistoricalRecords()
 
     class Meta:
@@ -267,6 +354,11 @@ class ReplicaShape(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def served_model_path(self) -> str:
+        """What vLLM loads: the model path, else the model's name."""
+        return self.model_path or self.model.name
 
     @property
     def kv_pool_bytes(self) -> float:
@@ -285,11 +377,60 @@ class ReplicaShape(models.Model):
     def context_tokens(self) -> int:
         return memory.context_tokens_that_fit(self.kv_pool_bytes, self.model.kv_bytes_per_token)
 
+    def _clean_serving(self) -> None:
+        errors: dict[str, str] = {}
+        if self.model_path != self.model_path.strip() or any(
+            c in self.model_path for c in "\n\r\t\0"
+        ):
+            errors["model_path"] = "No spaces at either end and no control characters."
+        args = self.extra_args
+        if args is None:
+            args = self.extra_args = []
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            errors["extra_args"] = "A list of strings, one argument each."
+        elif len(args) > MAX_EXTRA_ARGS:
+            errors["extra_args"] = f"At most {MAX_EXTRA_ARGS} arguments, got {len(args)}."
+        else:
+            for i, argument in enumerate(args):
+                if not argument or len(argument) > MAX_EXTRA_ARG_LENGTH:
+                    errors["extra_args"] = (
+                        f"Argument {i + 1} must have 1 to {MAX_EXTRA_ARG_LENGTH} characters."
+                    )
+                elif any(c in argument for c in "\n\r\0"):
+                    errors["extra_args"] = f"Argument {i + 1} has a line break or NUL."
+                elif _serving_flag(argument) in SERVING_FLAGS_SET_BY_HEADROOM:
+                    errors["extra_args"] = (
+                        f"{_serving_flag(argument)} is set from the shape's own fields "
+                        "(model path, model, GPUs per replica, max model length, the port); "
+                        "remove it here."
+                    )
+                else:
+                    continue
+                break
+        if errors:
+            raise ValidationError(errors)
+
     def clean(self) -> None:
+        self._clean_serving()
         if self.model_id is None or self.accelerator_id is None or not self.gpus_per_replica:
             return
         if self.runtime_reserve_gb_per_gpu is None or self.runtime_reserve_gb_per_gpu < 0:
             return
+        if self.kv_pool_bytes > 0 and self.max_model_len:
+            fits = self.context_tokens
+            if self.max_model_len > fits:
+                # vLLM refuses to start when one sequence of --max-model-len does not fit in
+                # the KV cache it allocated.
+                raise ValidationError(
+                    {
+                        "max_model_len": (
+                            f"{self.max_model_len:,} tokens do not fit in the replica's KV pool "
+                            f"({self.kv_pool_gb:,.1f} GB holds {fits:,} tokens of "
+                            f"{self.model.name}): vLLM would refuse to start. Use at most "
+                            f"{fits:,}, or more GPUs per replica."
+                        )
+                    }
+                )
         if self.kv_pool_bytes <= 0:
             per_gpu = self.model.weight_bytes / self.gpus_per_replica / GB
             raise ValidationError(
@@ -363,7 +504,7 @@ class CapacityFigure(models.Model):
         indexes = [models.Index(fields=["shape", "workload_class", "-measured_at"])]
 
     def __str__(self) -> str:
-        cls = self.workload_class.name if self.workload_class_id else "all classes"
+        cls = self.workload_class.name if self.workload_class is not None else "all classes"
         return f"{self.shape} / {cls} @ {self.measured_at:%Y-%m-%d}"
 
     @property

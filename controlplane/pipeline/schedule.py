@@ -14,7 +14,7 @@ from controlplane.benchmarks.services import benchmark_schedule
 from controlplane.core.schedule import ScheduledTask, periodic_tasks_install
 from controlplane.emission.services import emission_schedule
 from controlplane.plans.services import replan_schedule
-from controlplane.telemetry.services import telemetry_schedule
+from controlplane.telemetry.pull import telemetry_schedule
 
 PARTS: dict[str, Callable[[], tuple[ScheduledTask, ...]]] = {
     "telemetry": telemetry_schedule,

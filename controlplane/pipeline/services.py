@@ -6,7 +6,8 @@ link follows. Two paths make the same decisions:
 
 - **Scheduled** (Celery beat, ``controlplane.pipeline.tasks``): a pull that stored new samples
   calls ``after_pull``, which names the window to derive (or None); the derivation then calls
-  ``after_derivation``, which requests a drift re-plan when it raised alerts. An activated
+  ``after_derivation``, which prices each pool's drift by re-solving the placement and
+  requests a drift re-plan when it raised alerts. An activated
   plan is handed to emission's outbox by ``after_activation``, in the activating transaction.
 - **At once** (``manage.py run_pipeline``): ``pipeline_run`` pulls what no pull stored, derives
   the same windows (``derivation_window``), re-plans (trigger ``drift`` when alerts were
@@ -38,21 +39,34 @@ from controlplane.emission.models import AllocationSink, OutboxEntry
 from controlplane.emission.services import outbox_dispatch, outbox_enqueue_for_plan
 from controlplane.emission.sinks.files import region_path
 from controlplane.plans.demand import forecast_anchor
+from controlplane.plans.impact import pool_drift_alerts_price
 from controlplane.plans.models import Plan, ReplanRun
 from controlplane.plans.selectors import plan_summary
 from controlplane.plans.services import drift_reason, replan_execute, replan_request
 from controlplane.plans.signals import plan_activated
 from controlplane.telemetry import selectors as telemetry_selectors
-from controlplane.telemetry import services as telemetry
 from controlplane.telemetry.conf import TelemetrySettings, telemetry_settings
-from controlplane.telemetry.models import DriftAlert, ProfileDerivation, RunStatus, TelemetryPull
+from controlplane.telemetry.derive import derivation_follows_pull, workload_profiles_derive
+from controlplane.telemetry.drift import drift_alerts_raised
+from controlplane.telemetry.models import (
+    DriftAlert,
+    PoolDriftAlert,
+    ProfileDerivation,
+    RunStatus,
+    TelemetryPull,
+)
 from controlplane.telemetry.prometheus import PrometheusClient, PrometheusError
+from controlplane.telemetry.pull import prometheus_client, telemetry_pull
 from planner.forecast import MIN_HISTORY_HOURS
-from workers.fleetsim.exposition import LabelNames
-from workers.fleetsim.fleet import FleetSimulator
-from workers.fleetsim.history import FRIDAY_REVIEW_EXTRA_TOKENS, FleetHistory, TrafficPattern
-from workers.fleetsim.scenario import ScenarioFleetError, fleet_from_scenario
-from workers.fleetsim.server import make_server, serving
+from workers.simulators.fleet.exposition import LabelNames
+from workers.simulators.fleet.fleet import FleetSimulator
+from workers.simulators.fleet.history import (
+    FRIDAY_REVIEW_EXTRA_TOKENS,
+    FleetHistory,
+    TrafficPattern,
+)
+from workers.simulators.fleet.scenario import ScenarioFleetError, fleet_from_scenario
+from workers.simulators.fleet.server import make_server, serving
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +119,7 @@ def after_pull(*, pull: TelemetryPull) -> tuple[datetime, datetime] | None:
     stored new samples (a window pulled again stores none), with
     ``HEADROOM_TELEMETRY_DERIVE_AFTER_PULL`` on, for the window ending at the newest pulled
     bucket, when that window was not derived before."""
-    if not telemetry.derivation_follows_pull(pull=pull):
+    if not derivation_follows_pull(pull=pull):
         return None
     return due_derivation_window()
 
@@ -124,13 +138,18 @@ def due_derivation_window() -> tuple[datetime, datetime] | None:
 
 
 def after_derivation(*, derivation: ProfileDerivation) -> ReplanRun | None:
-    """Request a re-plan (trigger ``drift``) for the drift alerts ``derivation`` raised.
+    """Price the pool drifts ``derivation`` changed, then request a re-plan (trigger
+    ``drift``) for the drift alerts it raised.
 
-    None, and nothing requested, when it raised none or ``HEADROOM_REPLAN_ON_DRIFT`` is off.
-    Requesting one while another re-plan runs, or for inputs that have not changed, is
-    harmless: the planner lock runs one at a time and unchanged inputs make no new plan.
+    Pricing re-solves the re-plan's problem before and after the drift
+    (``plans.impact.pool_drift_alerts_price``), so the alerts, and the re-plan's reason that
+    repeats them, say what the re-plan will pay. None, and nothing requested, when the
+    derivation raised no alert or ``HEADROOM_REPLAN_ON_DRIFT`` is off. Requesting one while
+    another re-plan runs, or for inputs that have not changed, is harmless: the planner lock
+    runs one at a time and unchanged inputs make no new plan.
     """
-    alerts = telemetry.drift_alerts_raised(derivation=derivation)
+    pool_drift_alerts_price(derivation=derivation)
+    alerts = drift_alerts_raised(derivation=derivation)
     if not alerts or not settings.HEADROOM_REPLAN_ON_DRIFT:
         return None
     run = replan_request(trigger=Plan.Trigger.DRIFT, reason=drift_reason(alerts))
@@ -234,7 +253,7 @@ def pipeline_run(
         start = min(anchor - timedelta(hours=MIN_HISTORY_HOURS + 1), split - window)
 
     with _source(report, conf, options, now=now, start=start, split=split) as url:
-        client = telemetry.prometheus_client(replace(conf, prometheus_url=url))
+        client = prometheus_client(replace(conf, prometheus_url=url))
         _pull(report, options, client, width, start, end)
     _derive(report, conf, split, end)
     _alerts(report)
@@ -315,7 +334,7 @@ def _pull(
         while lo < hi:
             upper = min(hi, lo + PULL_WINDOW)
             try:
-                pull = telemetry.telemetry_pull(window_start=lo, window_end=upper, client=client)
+                pull = telemetry_pull(window_start=lo, window_end=upper, client=client)
             except PrometheusError as exc:
                 raise PipelineFailed(
                     f"pulling {_when(lo)} to {_when(upper)} failed: {exc}", report=report
@@ -356,10 +375,11 @@ def _derive(
             report.say(f"Profiles ({what}, {_when(lo)} to {_when(hi)}): derived before.")
             continue
         try:
-            run = telemetry.workload_profiles_derive(window_start=lo, window_end=hi)
+            run = workload_profiles_derive(window_start=lo, window_end=hi)
         except Exception as exc:
             raise PipelineFailed(f"deriving profiles failed: {exc}", report=report) from exc
-        alerts = telemetry.drift_alerts_raised(derivation=run)
+        pool_drift_alerts_price(derivation=run)
+        alerts = drift_alerts_raised(derivation=run)
         report.derivations.append(run)
         report.alerts_raised += alerts
         report.say(
@@ -383,6 +403,11 @@ def _alerts(report: PipelineReport) -> None:
     report.say("Drift alerts (active):")
     for alert in alerts:
         report.say(f"  #{alert.pk} [{alert.status}] {alert.message}")
+    pools = PoolDriftAlert.objects.filter(status__in=PoolDriftAlert.ACTIVE).order_by("pk")
+    if pools:
+        report.say("Pool drift (active), priced by re-solving the placement:")
+        for pool in pools.select_related("model", "region"):
+            report.say(f"  #{pool.pk} [{pool.pricing}] {pool.message}")
 
 
 def _ensure_sink(report: PipelineReport) -> None:

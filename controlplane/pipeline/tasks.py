@@ -1,6 +1,6 @@
 """The scheduled links of the chain: pull telemetry, derive workload profiles.
 
-Thin by design: the work is in ``controlplane.telemetry.services``, the decisions of what
+Thin by design: the work is in ``controlplane.telemetry`` (``pull``, ``derive``), the decisions of what
 follows in ``controlplane.pipeline.services``. Beat runs both on the schedule
 ``manage.py install_schedule`` creates (editable in the admin); the task names are those beat
 entries name.
@@ -21,13 +21,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.utils.dateparse import parse_datetime
 
 from controlplane.celery import app
 from controlplane.core.tasks import task_send
 from controlplane.pipeline import services as pipeline
-from controlplane.telemetry import services
+from controlplane.telemetry.derive import workload_profiles_derive
 from controlplane.telemetry.prometheus import PrometheusBadResponse, PrometheusUnavailable
+from controlplane.telemetry.pull import DERIVE_TASK, PULL_TASK, telemetry_pull
 
 PULL_MAX_RETRIES = 5
 
@@ -43,10 +45,10 @@ def _moment(value: str | None, name: str) -> datetime | None:
 
 @app.task(
     bind=True,
-    name=services.PULL_TASK,
+    name=PULL_TASK,
     autoretry_for=(PrometheusUnavailable, PrometheusBadResponse),
     retry_backoff=30,
-    retry_backoff_max=900,
+    retry_backoff_max=settings.HEADROOM_MAX_RETRY_COUNTDOWN_S,
     retry_jitter=True,
     max_retries=PULL_MAX_RETRIES,
 )
@@ -54,7 +56,7 @@ def pull(
     self: Any, window_start: str | None = None, window_end: str | None = None
 ) -> dict[str, Any]:
     """Pull a window (ISO 8601 bounds; by default the buckets since the last pull)."""
-    report = services.telemetry_pull(
+    report = telemetry_pull(
         window_start=_moment(window_start, "window_start"),
         window_end=_moment(window_end, "window_end"),
         attempt=int(self.request.retries) + 1,
@@ -64,23 +66,24 @@ def pull(
     window = pipeline.after_pull(pull=report)
     summary["derivation_enqueued"] = window is not None
     if window is not None:
-        task_send(services.DERIVE_TASK, window[0].isoformat(), window[1].isoformat())
+        task_send(DERIVE_TASK, window[0].isoformat(), window[1].isoformat())
     return summary
 
 
-@app.task(name=services.DERIVE_TASK)
+@app.task(name=DERIVE_TASK)
 def derive_profiles(
     window_start: str | None = None, window_end: str | None = None
 ) -> dict[str, Any]:
     """Derive workload profiles and drift alerts over [window_start, window_end) (by default
-    the window ``after_pull`` would name; nothing when that was derived before). New drift
-    alerts request a re-plan, whose run id the result gives (None: none requested)."""
+    the window ``after_pull`` would name; nothing when that was derived before). Each pool's
+    drift is priced; new drift alerts request a re-plan, whose run id the result gives (None:
+    none requested)."""
     start, end = _moment(window_start, "window_start"), _moment(window_end, "window_end")
     if start is None and end is None:
         due = pipeline.due_derivation_window()
         if due is None:
             return {"derivation": None, "status": "skipped", "replan_run": None}
         start, end = due
-    run = services.workload_profiles_derive(window_start=start, window_end=end)
+    run = workload_profiles_derive(window_start=start, window_end=end)
     replan = pipeline.after_derivation(derivation=run)
     return {**run.summary(), "replan_run": replan.pk if replan is not None else None}

@@ -29,7 +29,7 @@ def _is_policy_admin(request: HttpRequest) -> bool:
     return POLICY_ADMIN in user_roles(request.user)
 
 
-class PlanAllocationInline(ReadOnlyAdminMixin, admin.TabularInline):  # type: ignore[type-arg]
+class PlanAllocationInline(ReadOnlyAdminMixin, admin.TabularInline[PlanAllocation, Plan]):
     model = PlanAllocation
     fields: ClassVar[tuple[str, ...]] = (
         "region",
@@ -50,7 +50,7 @@ def _pretty_json(value: Any) -> str:
 
 
 @admin.register(Plan)
-class PlanAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class PlanAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[Plan]):
     list_display = [
         "version",
         "review_link",
@@ -201,7 +201,7 @@ class PlanAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(ReplanRun)
-class ReplanRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class ReplanRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ReplanRun]):
     list_display = [
         "id",
         "status",

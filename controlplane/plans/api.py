@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import django_filters
 from django.db.models import QuerySet
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -20,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
 from controlplane.core.api import ReadOnlyViewSet
+from controlplane.core.filters import StrictFilterSet
 from controlplane.plans import selectors, services
 from controlplane.plans.models import Plan, ReplanRun
 from controlplane.plans.serializers import (
@@ -33,13 +33,13 @@ from controlplane.plans.serializers import (
 # Ids are bigints: longer digit strings cannot name a row (and would overflow the lookup).
 
 
-class PlanFilter(django_filters.FilterSet):  # type: ignore[misc]
+class PlanFilter(StrictFilterSet):
     class Meta:
         model = Plan
         fields = ("state", "solver_status", "trigger")
 
 
-class ReplanRunFilter(django_filters.FilterSet):  # type: ignore[misc]
+class ReplanRunFilter(StrictFilterSet):
     class Meta:
         model = ReplanRun
         fields = ("status", "trigger")

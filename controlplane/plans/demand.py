@@ -18,6 +18,10 @@ the two extra problems at the band's low and high edges that each plan prices.
   profile for a model and origin region, that profile measures all its traffic there, so the
   declared (per-class) profiles of the same group are left out; counting both would plan the
   traffic twice.
+- **Pools telemetry cannot split.** A telemetry profile that names ``pool_tenants`` measured
+  a pool whose tenants the serving metrics cannot tell apart (no gateway, no request log): it
+  is the pool's whole demand, so the other named tenants' demands for the same model and
+  region are left out, and the plan's notes say so.
 - **Stable inputs.** The forecast starts at the start of the current UTC day and the history
   ends there, so re-plans within a day see the same forecast and, with nothing else changed,
   the same inputs hash (no new plan version).
@@ -109,6 +113,11 @@ def _rounded(value: float) -> float:
 def _profile_sources() -> dict[str, str]:
     """Source (declared or telemetry) of each current profile, by the demand id the export
     gives it (``tenant/model/class``, ``@region`` when the profile names its origin)."""
+    return {demand_id: p.source for demand_id, p in _current_profiles().items()}
+
+
+def _current_profiles() -> dict[str, WorkloadProfile]:
+    """Each current profile, by the demand id the export gives it."""
     current: dict[tuple[int, int, int, int | None], WorkloadProfile] = {}
     profiles = WorkloadProfile.objects.select_related(
         "tenant", "model", "workload_class", "region"
@@ -116,13 +125,33 @@ def _profile_sources() -> dict[str, str]:
     for profile in profiles:
         key = (profile.tenant_id, profile.model_id, profile.workload_class_id, profile.region_id)
         current.setdefault(key, profile)
-    out = {}
+    out: dict[str, WorkloadProfile] = {}
     for profile in current.values():
         demand_id = f"{profile.tenant.name}/{profile.model.name}/{profile.workload_class.name}"
         if profile.region is not None:
             demand_id += f"@{profile.region.name}"
-        out[demand_id] = profile.source
+        out[demand_id] = profile
     return out
+
+
+def _pool_wide(demands: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """``demands`` without those a pool-wide telemetry profile already counts, and a note per
+    such pool."""
+    profiles = _current_profiles()
+    covered: set[tuple[str, str, str]] = set()
+    notes = []
+    for demand_id, profile in sorted(profiles.items()):
+        if profile.source != SOURCE_TELEMETRY or not profile.pool_tenants:
+            continue
+        region = profile.region.name if profile.region else profile.tenant.home_region.name
+        others = [name for name in profile.pool_tenants if name != profile.tenant.name]
+        covered.update((name, profile.model.name, region) for name in others)
+        notes.append(
+            f"pool {profile.model.name} in {region}: telemetry cannot tell tenants "
+            f"{', '.join(profile.pool_tenants)} apart; planned as one demand ({demand_id})"
+        )
+    kept = [d for d in demands if (d["tenant"], d["model"], d["home_region"]) not in covered]
+    return kept, notes
 
 
 @dataclass(frozen=True)
@@ -196,6 +225,10 @@ def demand_forecast(
     notes: list[str] = []
 
     demands: list[dict[str, Any]] = list(planned.get("demands", []))
+    demands, pool_notes = _pool_wide(demands)
+    if pool_notes:
+        notes += pool_notes
+        planned["demands"] = demands
     sources = _profile_sources()
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for demand in demands:

@@ -30,8 +30,16 @@ from planner.capacity import workload
 from planner.placement.problem import DEFAULT_TARGET_UTILIZATION, PROBLEM_FORMAT
 
 
-def problem_export(*, warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+def problem_export(
+    *,
+    warn: Callable[[str], None] | None = None,
+    replace: Mapping[int, WorkloadProfile] | None = None,
+) -> dict[str, Any]:
     """The placement problem (``placement-problem/v1``) for the fleet and tenants in the database.
+
+    ``replace`` maps the id of a current workload profile to a profile that stands for it
+    instead (an unsaved one with other figures: what a drift alert's baseline was), so a
+    change can be priced by solving the problem with and without it.
 
     Zones that are down are left out (a degraded zone stays). A shape without a capacity
     figure is left out, and so is a demand whose model has no shape left: ``warn`` is called
@@ -96,7 +104,7 @@ def problem_export(*, warn: Callable[[str], None] | None = None) -> dict[str, An
 
     demands = [
         d
-        for d in _demands(default_target=default_target, say=say)
+        for d in _demands(default_target=default_target, say=say, replace=replace or {})
         if _demand_has_shape(d, served_models, say)
     ]
 
@@ -133,9 +141,14 @@ def planning_shapes(
     return out
 
 
-def _demands(*, default_target: float, say: Callable[[str], None]) -> list[dict[str, Any]]:
+def _demands(
+    *,
+    default_target: float,
+    say: Callable[[str], None],
+    replace: Mapping[int, WorkloadProfile],
+) -> list[dict[str, Any]]:
     """One demand per current workload profile (the highest version of each tenant, model,
-    class and region)."""
+    class and region), or per the profile ``replace`` puts in its place."""
     profiles = WorkloadProfile.objects.select_related(
         "tenant__tier", "tenant__home_region", "model", "workload_class", "region"
     ).order_by("tenant_id", "model_id", "workload_class_id", "region_id", "-version")
@@ -145,6 +158,7 @@ def _demands(*, default_target: float, say: Callable[[str], None]) -> list[dict[
         if k not in current or profile.version > current[k].version:
             current[k] = profile
 
+    current = {k: replace.get(p.pk, p) for k, p in current.items()}
     allowed_cache: dict[int, list[str]] = {}
     scaled_tiers: set[str] = set()
     demands = []

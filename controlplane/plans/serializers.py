@@ -7,6 +7,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from controlplane.core.serializers import StrictFieldsMixin
 from controlplane.plans.models import Plan, PlanAllocation, PlanRouting, ReplanRun
 
 
@@ -141,7 +142,7 @@ class ReplanRunSerializer(serializers.ModelSerializer[ReplanRun]):
         return run.plan.version if run.plan is not None else None
 
 
-class ReplanRequestSerializer(serializers.Serializer[Any]):
+class ReplanRequestSerializer(StrictFieldsMixin, serializers.Serializer[Any]):
     """The body of ``POST /api/plans/replan/``: nothing is needed; unknown fields are refused
     so a misspelt option is not silently ignored."""
 
@@ -154,10 +155,7 @@ class ReplanRequestSerializer(serializers.Serializer[Any]):
             raise serializers.ValidationError(
                 {"non_field_errors": ["Send a JSON object (or no body)."]}
             )
-        unknown = sorted(str(key) for key in data)
-        if unknown:
-            raise serializers.ValidationError({key: [self.unknown_message] for key in unknown})
-        return {}
+        return dict(super().to_internal_value(data))
 
 
 class PlanDecisionSerializer(ReplanRequestSerializer):

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import F, Max
@@ -60,6 +60,7 @@ from controlplane.plans.explanation import plan_explanation, stale_sentences
 from controlplane.plans.models import Plan, PlanAllocation, PlanDecision, PlanRouting, ReplanRun
 from controlplane.plans.problem import problem_export
 from controlplane.plans.signals import plan_activated
+from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry.models import DriftAlert
 from planner import placement
 
@@ -106,13 +107,20 @@ def problem_inputs_hash(problem: Mapping[str, Any]) -> str:
 
 
 def replan_inputs(
-    *, now: datetime | None = None, settings: ReplanSettings | None = None
+    *,
+    now: datetime | None = None,
+    settings: ReplanSettings | None = None,
+    replace: Mapping[int, WorkloadProfile] | None = None,
 ) -> ReplanInputs:
-    """Build the placement problem a re-plan at ``now`` solves, from the database."""
+    """Build the placement problem a re-plan at ``now`` solves, from the database.
+
+    ``replace`` (profile id → a profile standing in for it) builds it with other figures for
+    some demands, as ``problem_export`` does: the problem before a drift.
+    """
     now = now or timezone.now()
     settings = settings or replan_settings()
     warnings: list[str] = []
-    exported = problem_export(warn=warnings.append)
+    exported = problem_export(warn=warnings.append, replace=replace)
     start, end = history_window(now=now, settings=settings)
     forecast = demand_forecast(
         problem=exported, now=now, settings=settings, history=rate_history(start=start, end=end)
@@ -127,7 +135,7 @@ def replan_inputs(
     )
 
 
-def _with_previous(problem: Mapping[str, Any], active: Plan | None) -> dict[str, Any]:
+def with_previous(problem: Mapping[str, Any], active: Plan | None) -> dict[str, Any]:
     """``problem`` with the active plan's replicas as ``previous``, keeping only the rows whose
     zone and shape the problem still has (a zone gone down, a shape removed would make the
     problem invalid)."""
@@ -291,7 +299,7 @@ def _replan(*, run: ReplanRun, holder: str, settings: ReplanSettings) -> None:
     if newest is not None and newest.inputs_hash == inputs.inputs_hash:
         _finish(run_id=run.pk, status=ReplanRun.Status.UNCHANGED, plan=newest)
         return
-    problem = _with_previous(inputs.problem, selectors.plan_active())
+    problem = with_previous(inputs.problem, selectors.plan_active())
     solution = _solve(problem, time_limit_s=settings.time_limit_s, settings=settings)
     _renew(holder=holder, settings=settings)
     band = _band(inputs.forecast, problem, solution, settings)
@@ -541,9 +549,10 @@ def plan_activate(*, plan: Plan, user: Actor | None = None) -> Plan:
     return plan
 
 
-def _recorded(user: Actor | None) -> Any:
+def _recorded(user: Actor | None) -> User | None:
     """The user to record as author or decider: None for no user or an anonymous one."""
-    return user if user is not None and user.is_authenticated else None
+    # Every signed-in user is a stored User (the project keeps Django's user model).
+    return user if isinstance(user, User) else None
 
 
 def _require_policy_admin(user: Actor | None, action: str) -> None:

@@ -29,7 +29,7 @@ from controlplane.plans import selectors
 from controlplane.plans.conf import replan_settings
 from controlplane.plans.diff import PlanDocuments, plan_diff
 from controlplane.plans.models import Plan
-from controlplane.plans.services import Actor, ReplanInputs, _solve, _with_previous, replan_inputs
+from controlplane.plans.services import Actor, ReplanInputs, _solve, replan_inputs, with_previous
 from controlplane.policies.models import Tenant, Tier
 from controlplane.policies.services import tenant_save
 
@@ -231,13 +231,13 @@ def whatif_preview(*, change: WhatIfChange) -> WhatIfResult:
         base = PlanDocuments(active.problem, active.solution)
         baseline, baseline_status = f"active plan v{active.version}", active.solver_status
     else:
-        problem = _with_previous(current.problem, active)
+        problem = with_previous(current.problem, active)
         solution = _solve(problem, time_limit_s=settings.time_limit_s, settings=settings)
         base = PlanDocuments(problem, solution)
         baseline = "the current inputs, re-solved (no active plan was made from them)"
         baseline_status = str(solution.get("status"))
     changed = _changed_inputs(change) if change.changes_policy else current
-    problem = _scaled(_with_previous(changed.problem, active), change)
+    problem = _scaled(with_previous(changed.problem, active), change)
     solution = _solve(problem, time_limit_s=settings.time_limit_s, settings=settings)
     if solution.get("status") == Plan.SolverStatus.INVALID:
         raise ValidationError(

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Count, Model, QuerySet
+from django.db.models import Count, ManyToManyField, Model, QuerySet
 from django.forms import BaseInlineFormSet, ModelForm
 from django.http import HttpRequest, HttpResponse
 from simple_history.admin import SimpleHistoryAdmin
@@ -99,7 +99,7 @@ class HistoryContextHelper(HistoricalRecordContextHelper):
         if isinstance(value, DeletedObject) and value.pk is None:
             return "—"
         field = self.model._meta.get_field(change.field)
-        if field.many_to_many:
+        if isinstance(field, ManyToManyField):
             target = get_m2m_reverse_field_name(field)
             # The rows hold the related objects (diff_against(foreign_keys_are_objs=True)).
             return ", ".join(sorted(str(row[target]) for row in value)) or "—"
@@ -142,16 +142,17 @@ class TierAdmin(PolicyRevisionedAdmin):
     search_fields = ["name"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Tier]:
-        return super().get_queryset(request).annotate(_tenant_count=Count("tenants"))
+        rows: QuerySet[Tier] = super().get_queryset(request)
+        return rows.annotate(_tenant_count=Count("tenants"))
 
     @admin.display(description="tenants", ordering="_tenant_count")
     def tenant_count(self, obj: Tier) -> int:
         return int(getattr(obj, "_tenant_count", 0))
 
 
-class TenantQuotaInline(HumanFieldsMixin, admin.StackedInline):  # type: ignore[type-arg]
+class TenantQuotaInline(HumanFieldsMixin, admin.StackedInline[TenantQuota, Tenant]):
     model = TenantQuota
-    form = RevisionCheckedForm
+    form = RevisionCheckedForm[TenantQuota]
     fields = [
         "budget_rate_replica_s_per_s",
         "budget_burst_replica_s",
@@ -166,7 +167,7 @@ class TenantQuotaInline(HumanFieldsMixin, admin.StackedInline):  # type: ignore[
     can_delete = True
 
 
-class WorkloadProfileInline(HumanFieldsMixin, admin.TabularInline):  # type: ignore[type-arg]
+class WorkloadProfileInline(HumanFieldsMixin, admin.TabularInline[WorkloadProfile, Tenant]):
     model = WorkloadProfile
     fields = [
         "model",
@@ -329,7 +330,10 @@ class TenantAdmin(PolicyRevisionedAdmin):
         )
         quota_changes = _quota_changes(rows)
         context = {**(extra_context or {}), "quota_changes": quota_changes}
-        return super().history_view(request, object_id, extra_context=context)
+        response: HttpResponse = super().history_view(  # type: ignore[no-untyped-call]
+            request, object_id, extra_context=context
+        )
+        return response
 
 
 @admin.register(TenantQuota)

@@ -33,7 +33,7 @@ def tier_label(tier: Tier) -> str:
     )
 
 
-class TenantAdminForm(RevisionCheckedForm):
+class TenantAdminForm(RevisionCheckedForm[Tenant]):
     """Tenant form that also checks the residency region list against home region and
     geography, naming the regions at fault."""
 

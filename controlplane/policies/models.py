@@ -93,6 +93,16 @@ class Tenant(Revisioned):
     class Meta:
         ordering = ["name"]
 
+    @property
+    def etag(self) -> str:
+        """The tenant as the API shows it, its quota included: a quota change is a new tag.
+
+        (Without the quota's revision, a client holding a stale quota would get 304.)
+        """
+        quota = getattr(self, "quota", None)  # a missing quota raises an AttributeError
+        quota_revision = quota.revision if quota is not None else 0
+        return f'"tenant-{self.pk}-{self.revision}-q{quota_revision}"'
+
     def __str__(self) -> str:
         return self.name
 
@@ -245,17 +255,38 @@ class WorkloadProfile(models.Model):
     version = models.PositiveIntegerField(default=1)
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.DECLARED)
     peak_requests_per_s = models.FloatField(
-        validators=[non_negative], help_text="p99 of 5-minute buckets at peak."
+        validators=[non_negative],
+        help_text="Rate at peak: the busiest minute (telemetry: HEADROOM_TELEMETRY_PEAK_S).",
     )
     prompt_tokens_p50 = models.FloatField(validators=[positive])
     prompt_tokens_mean = models.FloatField(validators=[positive])
+    prompt_tokens_p90 = models.FloatField(null=True, blank=True, validators=[positive])
     prompt_tokens_p95 = models.FloatField(validators=[positive])
     prompt_tokens_p99 = models.FloatField(validators=[positive])
     output_tokens_p50 = models.FloatField(validators=[positive])
     output_tokens_mean = models.FloatField(validators=[positive])
+    output_tokens_p90 = models.FloatField(null=True, blank=True, validators=[positive])
     output_tokens_p95 = models.FloatField(validators=[positive])
     output_tokens_p99 = models.FloatField(validators=[positive])
     prefix_cache_hit_rate = models.FloatField(default=0.0, validators=[fraction_closed])
+    censored = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Figures that are lower bounds (≥ the value): a telemetry percentile beyond "
+        "the top histogram bucket.",
+    )
+    unmeasured = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Figures telemetry could not measure (e.g. the engine has no prefix-cache "
+        "counters); their value is carried from the previous version.",
+    )
+    pool_tenants = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Telemetry could not tell this pool's tenants apart: the profile is the whole "
+        "pool's demand, standing for these tenants (empty: this tenant's own traffic).",
+    )
     residence_s = models.FloatField(
         null=True,
         blank=True,

@@ -341,6 +341,8 @@ class _Loader:
         self._clean(entry, obj)
         if extra_check is not None:
             self._checked(entry, lambda: extra_check(obj))
+        # _history_user and _change_reason are simple_history's per-instance inputs to the
+        # history row the next save writes; the model's type does not declare them.
         if changed:
             obj._history_user = self.user  # type: ignore[attr-defined]
             obj._change_reason = self.reason  # type: ignore[attr-defined]
@@ -349,8 +351,8 @@ class _Loader:
             obj._history_user = self.user  # type: ignore[attr-defined]
             obj._change_reason = self.reason  # type: ignore[attr-defined]
             getattr(obj, name).set(m2m[name])
-        if "name" in (key or {}):
-            self._by_name[(model, str(key["name"]))] = obj  # type: ignore[index]
+        if key is not None and "name" in key:
+            self._by_name[(model, str(key["name"]))] = obj
         if changed == ["created"]:
             self._count(entry, "created")
             self.report.changes.append(f"{entry.label}: created")

@@ -7,6 +7,8 @@ acknowledging alerts, through the same service the API uses.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
@@ -14,10 +16,11 @@ from django.http import HttpRequest
 from simple_history.admin import SimpleHistoryAdmin
 
 from controlplane.core.admin import ListActionsOnlyAdminMixin, ReadOnlyAdmin, ReadOnlyAdminMixin
-from controlplane.telemetry import services
+from controlplane.telemetry import drift
 from controlplane.telemetry.models import (
     DriftAlert,
     ObservedWorkload,
+    PoolDriftAlert,
     ProfileDerivation,
     TelemetryPull,
     TelemetrySeries,
@@ -46,9 +49,11 @@ class TelemetryPullAdmin(ReadOnlyAdmin):
         return obj.error[:120]
 
 
-class ObservedWorkloadInline(ReadOnlyAdminMixin, admin.TabularInline):  # type: ignore[type-arg]
+class ObservedWorkloadInline(
+    ReadOnlyAdminMixin, admin.TabularInline[ObservedWorkload, ProfileDerivation]
+):
     model = ObservedWorkload
-    fields: list[str] = [
+    fields: ClassVar[tuple[str, ...]] = (
         "tenant",
         "model",
         "region",
@@ -61,7 +66,7 @@ class ObservedWorkloadInline(ReadOnlyAdminMixin, admin.TabularInline):  # type: 
         "prefix_cache_hit_rate",
         "ttft_p95_s",
         "residence_s",
-    ]
+    )
     readonly_fields = list(fields)
     extra = 0
     can_delete = False
@@ -114,8 +119,15 @@ class TelemetrySeriesAdmin(ReadOnlyAdmin):
     show_full_result_count = False  # counting millions of rows on every page is slow
 
 
+@admin.register(PoolDriftAlert)
+class PoolDriftAlertAdmin(ReadOnlyAdmin):
+    list_display = ["last_seen_at", "status", "model", "region", "pricing", "message"]
+    list_filter = ["status", "pricing", "region", "model"]
+    list_select_related = ["model", "region"]
+
+
 @admin.register(DriftAlert)
-class DriftAlertAdmin(ListActionsOnlyAdminMixin, SimpleHistoryAdmin):  # type: ignore[misc]
+class DriftAlertAdmin(ListActionsOnlyAdminMixin, SimpleHistoryAdmin):
     """ "Change" means acknowledging, from the list; an alert's own page only shows it."""
 
     list_display = [
@@ -149,6 +161,8 @@ class DriftAlertAdmin(ListActionsOnlyAdminMixin, SimpleHistoryAdmin):  # type: i
         "target_utilization",
         "replicas_before",
         "replicas_after",
+        "pool_alert",
+        "pool_share",
         "occurrences",
         "first_seen_at",
         "last_seen_at",
@@ -169,7 +183,7 @@ class DriftAlertAdmin(ListActionsOnlyAdminMixin, SimpleHistoryAdmin):  # type: i
         done = skipped = 0
         for alert in queryset:
             try:
-                services.drift_alert_acknowledge(alert=alert, user=request.user)
+                drift.drift_alert_acknowledge(alert=alert, user=request.user)
             except ValidationError:
                 skipped += 1
             else:

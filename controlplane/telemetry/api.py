@@ -2,7 +2,8 @@
 
 Under ``/api/telemetry/``: ``pulls/``, ``derivations/``, ``observations/``, ``profiles/``
 (workload profiles measured from telemetry), ``series/`` (with ``{id}/samples/``) and
-``alerts/`` (with ``{id}/acknowledge/``). Any role reads; acknowledging needs
+``alerts/`` (with ``{id}/acknowledge/``) and ``pool-alerts/`` (each pool's drift with its
+price). Any role reads; acknowledging needs
 ``policy-admin``. Lists are paginated (``limit``/``offset``) and filter on the fields named in
 each view's ``filterset_fields``.
 """
@@ -21,10 +22,11 @@ from rest_framework.response import Response
 
 from controlplane.core.api import ReadOnlyViewSet
 from controlplane.policies.models import WorkloadProfile
-from controlplane.telemetry import services
+from controlplane.telemetry import drift
 from controlplane.telemetry.models import (
     DriftAlert,
     ObservedWorkload,
+    PoolDriftAlert,
     ProfileDerivation,
     TelemetryPull,
     TelemetrySeries,
@@ -97,13 +99,16 @@ class ObservedWorkloadSerializer(serializers.ModelSerializer[ObservedWorkload]):
             "peak_requests_per_s",
             "prompt_tokens_p50",
             "prompt_tokens_mean",
+            "prompt_tokens_p90",
             "prompt_tokens_p95",
             "prompt_tokens_p99",
             "output_tokens_p50",
             "output_tokens_mean",
+            "output_tokens_p90",
             "output_tokens_p95",
             "output_tokens_p99",
             "prefix_cache_hit_rate",
+            "censored",
             "ttft_p95_s",
             "residence_s",
             "kv_cache_usage_mean",
@@ -126,6 +131,12 @@ class TelemetryProfileSerializer(serializers.ModelSerializer[WorkloadProfile]):
     region: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="name", read_only=True
     )
+    lower_bounds = serializers.SerializerMethodField(
+        help_text='Censored figures as they read: "≥ 5,000" (beyond the top histogram bucket).'
+    )
+
+    def get_lower_bounds(self, profile: WorkloadProfile) -> dict[str, str]:
+        return {name: f"≥ {getattr(profile, name):,.0f}" for name in profile.censored}
 
     class Meta:
         model = WorkloadProfile
@@ -141,14 +152,19 @@ class TelemetryProfileSerializer(serializers.ModelSerializer[WorkloadProfile]):
             "peak_requests_per_s",
             "prompt_tokens_p50",
             "prompt_tokens_mean",
+            "prompt_tokens_p90",
             "prompt_tokens_p95",
             "prompt_tokens_p99",
             "output_tokens_p50",
             "output_tokens_mean",
+            "output_tokens_p90",
             "output_tokens_p95",
             "output_tokens_p99",
             "prefix_cache_hit_rate",
             "residence_s",
+            "censored",
+            "lower_bounds",
+            "unmeasured",
         ]
 
 
@@ -215,11 +231,60 @@ class DriftAlertSerializer(serializers.ModelSerializer[DriftAlert]):
             "replicas_before",
             "replicas_after",
             "replica_delta",
+            "pool_alert",
+            "pool_share",
             "occurrences",
             "first_seen_at",
             "last_seen_at",
             "acknowledged_at",
             "acknowledged_by",
+            "resolved_at",
+        ]
+        read_only_fields = fields
+
+
+class PoolDriftAlertSerializer(serializers.ModelSerializer[PoolDriftAlert]):
+    model: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    region: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    replica_delta = serializers.IntegerField(read_only=True, allow_null=True)
+    cost_per_hour_delta = serializers.FloatField(read_only=True, allow_null=True)
+    tenant_alerts: serializers.PrimaryKeyRelatedField[Any] = serializers.PrimaryKeyRelatedField(
+        many=True, read_only=True
+    )
+
+    class Meta:
+        model = PoolDriftAlert
+        fields = [
+            "id",
+            "model",
+            "region",
+            "status",
+            "message",
+            "pricing",
+            "pricing_error",
+            "priced_at",
+            "replicas_before",
+            "replicas_after",
+            "replica_delta",
+            "gpus_before",
+            "gpus_after",
+            "cost_per_hour_before",
+            "cost_per_hour_after",
+            "cost_per_hour_delta",
+            "unserved_before",
+            "unserved_after",
+            "pools",
+            "tenants",
+            "tenant_alerts",
+            "raised_by",
+            "changed_by",
+            "occurrences",
+            "first_seen_at",
+            "last_seen_at",
             "resolved_at",
         ]
         read_only_fields = fields
@@ -303,7 +368,8 @@ class TelemetrySeriesViewSet(TelemetryReadViewSet):
                 )
             rows = rows.filter(**{lookup: moment})
         page = self.paginate_queryset(rows.values("bucket_start", "value"))
-        data = SampleSerializer(page, many=True).data
+        # The stubs type a serializer's instance as one object, also with many=True.
+        data = SampleSerializer(page, many=True).data  # type: ignore[arg-type]
         return self.get_paginated_response(data)
 
 
@@ -331,5 +397,21 @@ class DriftAlertViewSet(TelemetryReadViewSet):
     @action(detail=True, methods=["post"])
     def acknowledge(self, request: Request, pk: str) -> Response:
         alert = self.get_object()
-        alert = services.drift_alert_acknowledge(alert=alert, user=request.user)
+        alert = drift.drift_alert_acknowledge(alert=alert, user=request.user)
         return Response(self.get_serializer(alert).data)
+
+
+class PoolDriftAlertViewSet(TelemetryReadViewSet):
+    """Each pool's drift: every tenant alert of the pool summed and priced by re-solving."""
+
+    queryset = PoolDriftAlert.objects.select_related("model", "region").prefetch_related(
+        "tenant_alerts"
+    )
+    serializer_class = PoolDriftAlertSerializer
+    filterset_fields = {
+        "status": ["exact"],
+        "pricing": ["exact"],
+        "model__name": ["exact"],
+        "region__name": ["exact"],
+    }
+    ordering_fields = ["id", "last_seen_at", "first_seen_at"]

@@ -8,7 +8,19 @@ environment variable, else the default below; a malformed value is an error).
   ``HEADROOM_PROMETHEUS_BACKOFF_S`` (0.5): the client's own retries within one attempt.
 - ``HEADROOM_TELEMETRY_LABELS``: label names, a mapping (or in the environment
   ``tenant=tenant,model=model_name,region=region[,class=...]``); ``class`` is optional.
-- ``HEADROOM_TELEMETRY_BUCKET_S`` (300): bucket width of stored samples, seconds.
+- ``HEADROOM_TELEMETRY_ENGINE`` (``vllm-v1``): the serving engine's metric names, one of
+  ``vllm-v1``, ``vllm-v0``, ``sglang`` (``controlplane.telemetry.metrics``).
+- ``HEADROOM_TELEMETRY_LABELS``' ``tenant`` label may be absent from the engine's series (real
+  vLLM has none): such series are the pool's, stored with an empty tenant.
+- ``HEADROOM_TELEMETRY_GATEWAY`` (empty: none): the gateway whose metrics attribute each
+  pool's demand to tenants, ``litellm`` (``controlplane.telemetry.metrics.GATEWAYS``), with
+  ``HEADROOM_TELEMETRY_GATEWAY_LABELS`` naming its tenant, model and region labels (default
+  ``tenant=api_key_alias,model=requested_model,region=region``; the tenant may be any label
+  the gateway writes: ``team_alias``, ``hashed_api_key``, ``end_user`` …).
+- ``HEADROOM_TELEMETRY_BUCKET_S`` (60): bucket width of stored samples, seconds.
+- ``HEADROOM_TELEMETRY_PEAK_S`` (60): the resolution of the peak request rate, seconds: the
+  peak is the busiest such window's rate (a whole number of buckets; a bucket wider than this
+  gives the peak at the bucket's width).
 - ``HEADROOM_TELEMETRY_LAG_S`` (60): a bucket is pulled once it ended this long ago, so the
   last scrapes inside it have landed.
 - ``HEADROOM_TELEMETRY_LOOKBACK_S`` (3600): the first pull's window; later pulls continue
@@ -71,7 +83,11 @@ class TelemetrySettings:
     prometheus_retries: int
     prometheus_backoff_s: float
     labels: LabelConfig
+    engine: str
+    gateway: str
+    gateway_labels: LabelConfig
     bucket_s: int
+    peak_s: int
     lag_s: int
     lookback_s: int
     max_catchup_s: int
@@ -112,6 +128,30 @@ def label_config(raw: Mapping[str, str]) -> LabelConfig:
     return LabelConfig(merged["tenant"], merged["model"], merged["region"], merged.get("class"))
 
 
+ENGINE_NAMES = ("vllm-v1", "vllm-v0", "sglang")
+GATEWAY_NAMES = ("litellm",)
+DEFAULT_GATEWAY_LABELS = {"tenant": "api_key_alias", "model": "requested_model", "region": "region"}
+
+
+def _gateway(value: str) -> str:
+    name = value.strip().lower()
+    if name and name not in GATEWAY_NAMES:
+        raise ImproperlyConfigured(
+            f"HEADROOM_TELEMETRY_GATEWAY must be empty or one of {', '.join(GATEWAY_NAMES)}, "
+            f"got {value!r}"
+        )
+    return name
+
+
+def _engine(value: str) -> str:
+    name = value.strip().lower()
+    if name not in ENGINE_NAMES:
+        raise ImproperlyConfigured(
+            f"HEADROOM_TELEMETRY_ENGINE must be one of {', '.join(ENGINE_NAMES)}, got {value!r}"
+        )
+    return name
+
+
 def telemetry_settings() -> TelemetrySettings:
     """The current telemetry settings, checked."""
     url = setting_text("HEADROOM_PROMETHEUS_URL", "http://127.0.0.1:9090")
@@ -132,7 +172,16 @@ def telemetry_settings() -> TelemetrySettings:
         prometheus_retries=setting_int("HEADROOM_PROMETHEUS_RETRIES", 2, minimum=0),
         prometheus_backoff_s=setting_number("HEADROOM_PROMETHEUS_BACKOFF_S", 0.5, minimum=0),
         labels=label_config(labels),
-        bucket_s=setting_int("HEADROOM_TELEMETRY_BUCKET_S", 300, positive=True),
+        engine=_engine(setting_text("HEADROOM_TELEMETRY_ENGINE", "vllm-v1")),
+        gateway=_gateway(setting_text("HEADROOM_TELEMETRY_GATEWAY", "")),
+        gateway_labels=label_config(
+            {
+                **DEFAULT_GATEWAY_LABELS,
+                **setting_parsed("HEADROOM_TELEMETRY_GATEWAY_LABELS", _labels, {}),
+            }
+        ),
+        bucket_s=setting_int("HEADROOM_TELEMETRY_BUCKET_S", 60, positive=True),
+        peak_s=setting_int("HEADROOM_TELEMETRY_PEAK_S", 60, positive=True),
         lag_s=setting_int("HEADROOM_TELEMETRY_LAG_S", 60, minimum=0),
         lookback_s=setting_int("HEADROOM_TELEMETRY_LOOKBACK_S", 3600, positive=True),
         max_catchup_s=setting_int("HEADROOM_TELEMETRY_MAX_CATCHUP_S", 7 * 86400, positive=True),

@@ -77,6 +77,16 @@ def histogram_quantile(q: float, counts_by_le: Mapping[str, float]) -> float:
     return lower + (upper - lower) * (rank - below) / in_bucket
 
 
+def censored_quantile(q: float, counts_by_le: Mapping[str, float]) -> tuple[float, bool]:
+    """``histogram_quantile`` and whether the answer is censored: the rank falls beyond the
+    highest finite bound, so the quantile is at least that bound (a lower bound, "≥ bound"),
+    not the bound itself. vLLM's token buckets end at the context length (``1-2-5`` buckets up
+    to ``max_model_len``): a p99 there reads "≥ 5,000", never "5,000"."""
+    value = histogram_quantile(q, counts_by_le)
+    buckets = cumulative_buckets(counts_by_le)
+    return value, q * buckets[-1][1] > buckets[-2][1]
+
+
 def sum_buckets(samples: Iterable[tuple[str, float]]) -> dict[str, float]:
     """Add up per-interval bucket increases by ``le`` (the histogram over a whole window)."""
     totals: dict[str, float] = {}

@@ -9,8 +9,11 @@
   increase over the bucket, a gauge's its mean over the bucket.
 - ``TelemetryPull`` reports every pull attempt; ``ProfileDerivation`` every derivation run, and
   ``ObservedWorkload`` what it measured per (tenant, model, region, class).
-- ``DriftAlert`` is a capacity-relevant change with its replica impact; at most one alert per
+- ``DriftAlert`` is a capacity-relevant change of one tenant's figures; at most one alert per
   series and kind is active (open or acknowledged) at a time.
+- ``PoolDriftAlert`` sums every active tenant drift of one pool (a model in a region) and
+  holds its price: the placement re-solved with the profiles before and after, replicas per
+  region and shape, GPUs and $/h, and each tenant's share. At most one is active per pool.
 """
 
 from __future__ import annotations
@@ -91,6 +94,9 @@ class TelemetrySample(models.Model):
 
 # The one set of job statuses; pulls and derivations start running.
 RunStatus = JobStatus
+# A pull answered with warnings: its samples are stored but not final; the next pull takes its
+# window again and overwrites them.
+PULL_PARTIAL = "partial"
 
 
 class TelemetryPull(Job):
@@ -98,7 +104,11 @@ class TelemetryPull(Job):
 
     task_id = models.CharField(max_length=64, blank=True)
     attempt = models.PositiveIntegerField(default=1, help_text="1 for the first try.")
-    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.RUNNING)
+    status = models.CharField(
+        max_length=16,
+        choices=[*JobStatus.choices, (PULL_PARTIAL, "partial (answered with warnings)")],
+        default=JobStatus.RUNNING,
+    )
     started_at = models.DateTimeField(default=timezone.now)
     window_start = models.DateTimeField()
     window_end = models.DateTimeField()
@@ -110,7 +120,7 @@ class TelemetryPull(Job):
         default=0, help_text="New samples; buckets stored before are not counted."
     )
     skipped_series = models.PositiveIntegerField(
-        default=0, help_text="Series without a tenant, model or region label."
+        default=0, help_text="Series without a model or region label."
     )
     unknown_labels = models.JSONField(
         default=list, blank=True, help_text="Label values no tenant, model or region has."
@@ -209,16 +219,25 @@ class ObservedWorkload(models.Model):
     requests = models.FloatField(help_text="Requests completed in the window.")
     buckets = models.PositiveIntegerField(help_text="Buckets with a request count.")
     mean_requests_per_s = models.FloatField()
-    peak_requests_per_s = models.FloatField(help_text="p99 of the bucket rates.")
+    peak_requests_per_s = models.FloatField(
+        help_text="Rate of the busiest peak window (HEADROOM_TELEMETRY_PEAK_S)."
+    )
     prompt_tokens_p50 = models.FloatField()
     prompt_tokens_mean = models.FloatField()
+    prompt_tokens_p90 = models.FloatField(null=True, blank=True)
     prompt_tokens_p95 = models.FloatField()
     prompt_tokens_p99 = models.FloatField()
     output_tokens_p50 = models.FloatField()
     output_tokens_mean = models.FloatField()
+    output_tokens_p90 = models.FloatField(null=True, blank=True)
     output_tokens_p95 = models.FloatField()
     output_tokens_p99 = models.FloatField()
-    prefix_cache_hit_rate = models.FloatField()
+    prefix_cache_hit_rate = models.FloatField(
+        null=True, blank=True, help_text="Empty: unknown (the engine has no prefix-cache counters)."
+    )
+    censored = models.JSONField(
+        default=list, blank=True, help_text="Percentiles beyond the top bucket (lower bounds)."
+    )
     ttft_p95_s = models.FloatField(null=True, blank=True)
     residence_s = models.FloatField(null=True, blank=True, help_text="Mean end-to-end latency.")
     kv_cache_usage_mean = models.FloatField(null=True, blank=True)
@@ -268,6 +287,20 @@ class DriftAlert(models.Model):
         related_name="raised_alerts",
         help_text="The profile derivation that raised the alert.",
     )
+    pool_alert = models.ForeignKey(
+        "PoolDriftAlert",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="tenant_alerts",
+        help_text="The drift of the whole pool this alert is part of, and its price.",
+    )
+    pool_share = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="This tenant's share (a fraction; negative where it shrank) of the change in "
+        "the load the pool's drift puts on the plan, replica-seconds per second.",
+    )
     baseline_profile = models.ForeignKey(
         WorkloadProfile, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -280,11 +313,15 @@ class DriftAlert(models.Model):
         null=True,
         blank=True,
         related_name="+",
-        help_text="The shape the replica impact was sized on.",
+        help_text="The shape the pool's replicas are planned on, where they use one.",
     )
     target_utilization = models.FloatField(null=True, blank=True)
-    replicas_before = models.PositiveIntegerField(null=True, blank=True)
-    replicas_after = models.PositiveIntegerField(null=True, blank=True)
+    replicas_before = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The pool's replicas before its drift (re-solved)."
+    )
+    replicas_after = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The pool's replicas with its drift (re-solved)."
+    )
     message = models.TextField()
     occurrences = models.PositiveIntegerField(default=1)
     first_seen_at = models.DateTimeField(default=timezone.now)
@@ -323,3 +360,107 @@ class DriftAlert(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in self.ACTIVE
+
+
+class PoolDriftAlert(models.Model):
+    """The drift of one pool (a model in a region), priced the way the plan will pay it.
+
+    It sums every active tenant alert of the pool (``tenant_alerts``): the placement is solved
+    with the profiles the drifting tenants had before (of every active pool drift at once,
+    ``drift_pools`` of them) and with the current ones, the same problem and solver a re-plan
+    uses. ``replicas_before``/``after`` count the model's replicas in the region; GPUs and $/h
+    are the whole plan's, so they are the re-plan's change; ``pools`` lists every region
+    and shape either solution holds, ``tenants`` each drifting tenant's load before and after
+    (replica-seconds per second) and its share of the change.
+    """
+
+    class Pricing(models.TextChoices):
+        PENDING = "pending", "pending"
+        PRICED = "priced", "priced"
+        FAILED = "failed", "failed"
+
+    ACTIVE = DriftAlert.ACTIVE
+
+    model = models.ForeignKey(LlmModel, on_delete=models.PROTECT, related_name="+")
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="+")
+    status = models.CharField(
+        max_length=16, choices=DriftAlert.Status.choices, default=DriftAlert.Status.OPEN
+    )
+    raised_by = models.ForeignKey(
+        ProfileDerivation,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="raised_pool_alerts",
+        help_text="The profile derivation that raised the pool's drift.",
+    )
+    changed_by = models.ForeignKey(
+        ProfileDerivation,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="changed_pool_alerts",
+        help_text="The last profile derivation that changed one of its tenant alerts.",
+    )
+    pricing = models.CharField(max_length=16, choices=Pricing.choices, default=Pricing.PENDING)
+    pricing_error = models.TextField(blank=True)
+    priced_at = models.DateTimeField(null=True, blank=True)
+    inputs_hash = models.CharField(
+        max_length=64, blank=True, help_text="SHA-256 of the two problems last priced."
+    )
+    replicas_before = models.PositiveIntegerField(null=True, blank=True)
+    replicas_after = models.PositiveIntegerField(null=True, blank=True)
+    gpus_before = models.PositiveIntegerField(null=True, blank=True)
+    gpus_after = models.PositiveIntegerField(null=True, blank=True)
+    cost_per_hour_before = models.FloatField(null=True, blank=True)
+    cost_per_hour_after = models.FloatField(null=True, blank=True)
+    unserved_before = models.FloatField(
+        null=True, blank=True, help_text="Requests/s (planned) the plan before leaves unserved."
+    )
+    unserved_after = models.FloatField(
+        null=True, blank=True, help_text="Requests/s (planned) the plan after leaves unserved."
+    )
+    drift_pools = models.PositiveIntegerField(
+        default=1,
+        help_text="Active pool drifts reverted together for the plan's GPUs and $/h before.",
+    )
+    pools = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Per region and shape: replicas, GPUs and $/h before and after.",
+    )
+    tenants = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Per drifting tenant: its alerts, load before and after, share of the change.",
+    )
+    message = models.TextField()
+    occurrences = models.PositiveIntegerField(default=1)
+    first_seen_at = models.DateTimeField(default=timezone.now)
+    last_seen_at = models.DateTimeField(default=timezone.now)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-last_seen_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["model", "region"],
+                condition=Q(status__in=["open", "acknowledged"]),
+                name="one_active_pool_drift_alert",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"drift of {self.model} in {self.region}: {self.status}"
+
+    @property
+    def replica_delta(self) -> int | None:
+        if self.replicas_before is None or self.replicas_after is None:
+            return None
+        return self.replicas_after - self.replicas_before
+
+    @property
+    def cost_per_hour_delta(self) -> float | None:
+        if self.cost_per_hour_before is None or self.cost_per_hour_after is None:
+            return None
+        return self.cost_per_hour_after - self.cost_per_hour_before

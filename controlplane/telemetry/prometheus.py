@@ -10,6 +10,15 @@ nothing partial:
   retrying will not help.
 - ``PrometheusBadResponse``: the answer is not what the API documents (not JSON, wrong
   shape, values that are not numbers).
+
+``PrometheusTooManySamples`` (a ``PrometheusQueryError``) is the one refusal a smaller query
+mends: HTTP 422 "query processing would load too many samples into memory" (the
+``--query.max-samples`` limit, ``promql/engine.go``) and HTTP 400 "exceeded maximum resolution
+of 11,000 points per timeseries" (``web/api/v1/api.go``); the caller splits the range.
+
+An answer may carry ``warnings`` (a remote-read or federated store that did not answer, a
+query limit that truncated it): ``query_range_answer`` returns them beside the series, for
+the caller to treat the answer as partial.
 """
 
 from __future__ import annotations
@@ -41,12 +50,27 @@ class PrometheusBadResponse(PrometheusError):
     pass
 
 
+class PrometheusTooManySamples(PrometheusQueryError):
+    pass
+
+
+_TOO_MANY = ("too many samples", "exceeded maximum resolution")
+
+
 @dataclass(frozen=True)
 class RangeSeries:
     """One series of a range query: its labels and (unix seconds, value) points."""
 
     labels: Mapping[str, str]
     points: tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True)
+class RangeAnswer:
+    """A range query's series and the warnings Prometheus sent with them (empty: complete)."""
+
+    series: list[RangeSeries]
+    warnings: tuple[str, ...] = ()
 
 
 _RETRYABLE_STATUS = {429, 500, 502, 503, 504}
@@ -76,6 +100,12 @@ class PrometheusClient:
         self, query: str, *, start: float, end: float, step_s: float
     ) -> list[RangeSeries]:
         """Evaluate ``query`` at every ``step_s`` from ``start`` to ``end`` (unix seconds)."""
+        return self.query_range_answer(query, start=start, end=end, step_s=step_s).series
+
+    def query_range_answer(
+        self, query: str, *, start: float, end: float, step_s: float
+    ) -> RangeAnswer:
+        """``query_range`` with the answer's ``warnings``."""
         if end < start:
             raise ValueError("end is before start")
         if step_s <= 0:
@@ -86,8 +116,11 @@ class PrometheusClient:
             "end": f"{end:.3f}",
             "step": f"{step_s:g}",
         }
-        data = self._get("/api/v1/query_range", params)
-        return _parse_matrix(data)
+        payload = self._get("/api/v1/query_range", params)
+        warnings = payload.get("warnings") or []
+        if not isinstance(warnings, list):
+            raise PrometheusBadResponse("warnings is not a list")
+        return RangeAnswer(_parse_matrix(payload["data"]), tuple(str(w) for w in warnings))
 
     def _get(self, path: str, params: Mapping[str, str]) -> Any:
         url = f"{self.base_url}{path}?{urllib.parse.urlencode(params)}"
@@ -103,7 +136,10 @@ class PrometheusClient:
                 if exc.code in _RETRYABLE_STATUS:
                     last = exc
                     continue
-                raise PrometheusQueryError(_error_text(exc)) from exc
+                text = _error_text(exc)
+                if exc.code in (400, 422) and any(s in text.lower() for s in _TOO_MANY):
+                    raise PrometheusTooManySamples(text) from exc
+                raise PrometheusQueryError(text) from exc
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
                 last = exc
                 continue
@@ -131,7 +167,7 @@ def _decode(body: bytes) -> Any:
         raise PrometheusQueryError(str(payload.get("error", "query failed")))
     if payload["status"] != "success" or not isinstance(payload.get("data"), dict):
         raise PrometheusBadResponse(f"unexpected status {payload.get('status')!r}")
-    return payload["data"]
+    return payload
 
 
 def _parse_matrix(data: Mapping[str, Any]) -> list[RangeSeries]:

@@ -17,7 +17,9 @@ from controlplane.fleet.models import LlmModel, Region, ReplicaShape
 from controlplane.fleet.selectors import planning_figures
 from controlplane.policies.models import Tenant, WorkloadProfile
 from controlplane.telemetry.conf import telemetry_settings
+from controlplane.telemetry.metrics import REQUESTS
 from controlplane.telemetry.models import (
+    PULL_PARTIAL,
     RunStatus,
     TelemetryPull,
     TelemetrySample,
@@ -35,6 +37,36 @@ def last_pulled_until(*, bucket_s: int) -> datetime | None:
         .values_list("window_end", flat=True)
         .first()
     )
+
+
+def _incomplete_windows(*, bucket_s: int) -> list[tuple[datetime, datetime]]:
+    """Windows of partial pulls that no later successful pull covered whole."""
+    partial = TelemetryPull.objects.filter(status=PULL_PARTIAL, bucket_s=bucket_s).values_list(
+        "pk", "window_start", "window_end"
+    )
+    pending = []
+    for pk, lo, hi in partial:
+        mended = TelemetryPull.objects.filter(
+            status=RunStatus.SUCCEEDED,
+            bucket_s=bucket_s,
+            pk__gt=pk,
+            window_start__lte=lo,
+            window_end__gte=hi,
+        ).exists()
+        if not mended:
+            pending.append((lo, hi))
+    return sorted(pending)
+
+
+def first_incomplete_start(*, bucket_s: int) -> datetime | None:
+    """Start of the earliest window a partial pull stored and no later pull completed."""
+    pending = _incomplete_windows(bucket_s=bucket_s)
+    return pending[0][0] if pending else None
+
+
+def overlaps_incomplete(*, bucket_s: int, start: datetime, end: datetime) -> bool:
+    """Whether [start, end) overlaps a window a partial pull stored and no pull completed."""
+    return any(lo < end and hi > start for lo, hi in _incomplete_windows(bucket_s=bucket_s))
 
 
 def unpulled_windows(
@@ -77,7 +109,7 @@ class KnownNames:
     def unknown(self, *, tenant: str, model: str, region: str) -> list[str]:
         """``kind: value`` for each label value that names nothing, e.g. ``tenant: acme``."""
         out = []
-        if tenant not in self.tenants:
+        if tenant and tenant not in self.tenants:  # empty: a pool's series, no tenant
             out.append(f"tenant: {tenant}")
         if model not in self.models:
             out.append(f"model: {model}")
@@ -164,17 +196,17 @@ def window_totals(*, bucket_s: int, start: datetime, end: datetime) -> list[Seri
 
 def bucket_values(
     *, series_ids: Iterable[int], start: datetime, end: datetime
-) -> dict[int, list[float]]:
-    """Every sample value in [start, end) of the given series, by series id."""
-    values: dict[int, list[float]] = {}
+) -> dict[int, list[tuple[datetime, float]]]:
+    """Every sample (bucket start, value) in [start, end) of the given series, by series id."""
+    values: dict[int, list[tuple[datetime, float]]] = {}
     ids = list(series_ids)
     # Chunked: SQLite limits the number of parameters in one statement.
     for i in range(0, len(ids), 500):
         rows = TelemetrySample.objects.filter(
             series_id__in=ids[i : i + 500], bucket_start__gte=start, bucket_start__lt=end
-        ).values_list("series_id", "value")
-        for series_id, value in rows:
-            values.setdefault(series_id, []).append(float(value))
+        ).values_list("series_id", "bucket_start", "value")
+        for series_id, stamp, value in rows:
+            values.setdefault(series_id, []).append((stamp, float(value)))
     return values
 
 
@@ -241,8 +273,6 @@ def request_rate_history(
       series and hour, never as single samples. (A bucket wider than an hour is one point,
       at the hour it starts in.)
     """
-    from controlplane.telemetry.services import REQUESTS  # services imports this module
-
     width = telemetry_settings().bucket_s
     names = known_names()
     keys: dict[int, tuple[str, str, str]] = {}
@@ -318,11 +348,33 @@ def pool_profiles(*, model: LlmModel, region: Region) -> list[WorkloadProfile]:
     observed_tenants = {
         p.tenant_id for p in current.values() if p.source == WorkloadProfile.Source.TELEMETRY
     }
+    # A pool-wide telemetry profile (tenants telemetry cannot tell apart) stands for every
+    # tenant it names.
+    covered = {
+        name
+        for p in current.values()
+        if p.source == WorkloadProfile.Source.TELEMETRY
+        for name in p.pool_tenants
+        if name != p.tenant.name
+    }
     return [
         p
         for p in current.values()
-        if p.tenant_id not in observed_tenants or p.source == WorkloadProfile.Source.TELEMETRY
+        if (p.tenant_id not in observed_tenants or p.source == WorkloadProfile.Source.TELEMETRY)
+        and p.tenant.name not in covered
     ]
+
+
+def pool_tenant_names(*, model: LlmModel, region: Region) -> list[str]:
+    """Names of the tenants with a current profile for ``model`` whose traffic lands in
+    ``region`` (a profile without a region is its tenant's home region's), sorted."""
+    return sorted(
+        set(
+            WorkloadProfile.objects.filter(model=model)
+            .filter(Q(region=region) | Q(region__isnull=True, tenant__home_region=region))
+            .values_list("tenant__name", flat=True)
+        )
+    )
 
 
 @dataclass(frozen=True)

@@ -11,5 +11,6 @@ router.register("observations", api.ObservedWorkloadViewSet, basename="telemetry
 router.register("profiles", api.TelemetryProfileViewSet, basename="telemetry-profile")
 router.register("series", api.TelemetrySeriesViewSet, basename="telemetry-series")
 router.register("alerts", api.DriftAlertViewSet, basename="drift-alert")
+router.register("pool-alerts", api.PoolDriftAlertViewSet, basename="pool-drift-alert")
 
 urlpatterns = router.urls

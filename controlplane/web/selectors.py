@@ -464,7 +464,7 @@ class ProfilePoint:
     output_p50: float
     output_p95: float
     output_p99: float
-    cache_hit_rate: float
+    cache_hit_rate: float | None
     ttft_p95_s: float | None
 
 

@@ -11,8 +11,15 @@ from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponsePermanentRedirect,
+    HttpResponseRedirect,
+)
 from django.shortcuts import render
+from django.templatetags.static import static
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
@@ -58,6 +65,12 @@ def _errors(exc: ValidationError) -> list[str]:
             for message in errors
         ]
     return list(exc.messages)
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico``, which browsers ask for on every page: Headroom's icon. The address
+    is looked up per request (in production it carries the collected file's hash)."""
+    return HttpResponsePermanentRedirect(static("web/favicon.svg"))
 
 
 @role_required()

@@ -229,3 +229,39 @@ def pipeline_capacity(stages: Sequence[StageCapacity]) -> PipelineCapacity:
         bottleneck=ordered[0].name,
         limits_in_order=ordered,
     )
+
+
+def zone_floors(*, total: int, survivors: int, zone_replicas: Mapping[str, int]) -> dict[str, int]:
+    """The fewest replicas to keep standing in each zone, given region-wide needs.
+
+    ``total`` replicas must stand over the zones together (capacity, the N+1 spare, the
+    concurrency cap), and, after losing any one zone, the others must still hold
+    ``survivors`` (0 when nothing promised to ride out a zone loss). Each zone keeps at most
+    the plan's ``zone_replicas``. Replicas are added one at a time to the zone that holds the
+    fewest, so the floors stay as even as the plan allows, which is what keeps the largest
+    zone, the one whose loss hurts most, small.
+
+    The seeds' zone promise: 18 standing over 3 zones of 9 each, 12 of which must survive a
+    zone loss, gives 6 per zone. A plan that already meets both needs always has room; a
+    ``total`` or ``survivors`` beyond the plan is capped at the plan's own replicas.
+    """
+    _checks.non_negative("total", total)
+    _checks.non_negative("survivors", survivors)
+    for zone, count in zone_replicas.items():
+        _checks.non_negative(f"zone_replicas[{zone}]", count)
+    floors = dict.fromkeys(zone_replicas, 0)
+
+    def short() -> bool:
+        standing = sum(floors.values())
+        if standing < total:
+            return True
+        return survivors > 0 and any(standing - n < survivors for n in floors.values())
+
+    while short():
+        room = [z for z in sorted(floors) if floors[z] < zone_replicas[z]]
+        if not room:
+            break  # the plan itself is the most that can stand
+        # The fullest zone is the one a loss hurts most: grow the emptiest instead.
+        zone = min(room, key=lambda z: (floors[z], -zone_replicas[z], z))
+        floors[zone] += 1
+    return floors

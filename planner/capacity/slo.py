@@ -9,9 +9,10 @@ Search. Common random numbers: one stream of requests (classes and service times
 unit-rate arrival stream are drawn once; the arrivals at rate λ are that stream divided by λ.
 Under FIFO every request's wait is then non-decreasing in λ (the multi-server waiting-time
 recursion is monotone in the inter-arrival times), so the latency quantile is a monotone step
-function of λ and the knee is well defined for the drawn sample. The search is bracketing plus
-bisection over (0, saturation), saturation being servers / mean service time of the drawn
-requests (utilisation 1; at or above it the queue has no steady state and counts as failing):
+function of λ and the knee is well defined for the drawn sample. The search is
+``planner.capacity.search.search_knee`` (bracketing plus bisection) over (0, saturation), saturation being servers / mean service time of the drawn
+requests (utilisation 1; at or above it the queue has no steady state and counts as failing,
+so it is the search's ``upper_rate``):
 
 * at rate → 0 nobody waits, so the quantile is that of the service times alone; a target below
   it cannot be met at any rate and raises ``PlannerInputError`` naming ``target_s``;
@@ -46,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from planner.capacity import _checks
+from planner.capacity.search import search_knee
 from planner.capacity.simulation import (
     Engine,
     Policy,
@@ -196,17 +198,14 @@ def capacity_at_slo_of(
         )
         return met
 
-    # Invariant: rates <= lo meet the target (lo = 0 trivially), rates >= hi fail.
-    lo, hi = 0.0, saturation
-    rate = FIRST_POINT_UTILISATION * saturation
-    while len(points) < _MAX_POINTS:
-        if evaluate(rate):
-            lo = rate
-        else:
-            hi = rate
-        if lo > 0 and hi - lo <= tolerance * hi:
-            break
-        rate = hi / 2.0 if lo == 0 else (lo + hi) / 2.0
+    found = search_knee(
+        evaluate,
+        first_rate=FIRST_POINT_UTILISATION * saturation,
+        upper_rate=saturation,
+        rel_tol=tolerance,
+        max_points=_MAX_POINTS,
+    )
+    lo = found.knee_rate
     if lo == 0:
         # Met at rate → 0 but at no rate tried down to 2^-200 of saturation: the target sits
         # in the gap between the idle quantile and any queueing at all.

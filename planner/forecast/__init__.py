@@ -3,16 +3,22 @@
 - ``demand``: fit hour-of-week seasonality and a robust trend to a rate history and forecast
   hourly demand with quantiles (the re-planner sizes for a quantile, not the mean).
 - ``backtest``: rolling-origin accuracy and band coverage of a demand model.
+- ``baseline``: the seasonal-naive forecast (last week again), the yardstick of every backtest.
 - ``finance``: replica-hours, GPU-hours and cost by month, region and GPU type, with the
   reserved/on-demand split that minimises cost; peak tokens per minute by month for quotas.
 """
 
-from planner.forecast.backtest import BacktestReport, backtest
+from planner.forecast.backtest import BacktestReport, Forecaster, backtest
+from planner.forecast.baseline import SeasonalNaiveModel, fit_seasonal_naive
 from planner.forecast.demand import (
     HOURS_PER_WEEK,
+    MAX_LEVEL_SHIFTS,
     MIN_HISTORY_HOURS,
+    MIN_SHIFT_HOURS,
+    SHIFT_Z_SCORE,
     DemandModel,
     Forecast,
+    LevelShift,
     fit_demand,
     hour_of_week,
     resample_hourly,
@@ -34,19 +40,26 @@ from planner.forecast.finance import (
 
 __all__ = [
     "HOURS_PER_WEEK",
+    "MAX_LEVEL_SHIFTS",
     "MIN_HISTORY_HOURS",
+    "MIN_SHIFT_HOURS",
+    "SHIFT_Z_SCORE",
     "BacktestReport",
     "Commitment",
     "CostLine",
     "DemandModel",
     "FinanceProjection",
     "Forecast",
+    "Forecaster",
     "GpuPrice",
+    "LevelShift",
     "MonthlyTpm",
     "PoolDemand",
+    "SeasonalNaiveModel",
     "Spend",
     "backtest",
     "fit_demand",
+    "fit_seasonal_naive",
     "hour_of_week",
     "optimal_commitment",
     "project_costs",

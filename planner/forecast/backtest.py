@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -32,13 +33,19 @@ from planner.forecast.demand import (
     HOUR_S,
     HOURS_PER_WEEK,
     MIN_HISTORY_HOURS,
-    DemandModel,
     FloatArray,
+    Forecast,
     fit_demand,
     resample_hourly,
 )
 
 _HOURS_PER_DAY = 24
+
+
+class Forecaster(Protocol):
+    """A fitted model: ``DemandModel``, or the ``SeasonalNaiveModel`` baseline."""
+
+    def forecast(self, start: float, hours: int) -> Forecast: ...
 
 
 @dataclass(frozen=True)
@@ -74,13 +81,14 @@ def backtest(
     step_hours: int = HOURS_PER_WEEK,
     min_train_hours: int = MIN_HISTORY_HOURS,
     band: tuple[float, float] = (0.1, 0.9),
-    fit: Callable[[FloatArray, FloatArray], DemandModel] = fit_demand,
+    fit: Callable[[FloatArray, FloatArray], Forecaster] = fit_demand,
 ) -> BacktestReport:
     """Rolling-origin evaluation of ``fit`` over a rate history.
 
     ``timestamps`` (UTC epoch seconds, strictly increasing) and ``values`` (requests/s) as for
     ``fit_demand``; they are averaged to hours first. ``fit`` maps an hourly history to a model
-    (``functools.partial(fit_demand, damping=0.9)`` to test options); the default needs
+    (``functools.partial(fit_demand, damping=0.9)`` to test options, ``fit_seasonal_naive``
+    for the baseline every figure should be read beside); the default needs
     ``min_train_hours`` to be at least its two weeks. Raises ``PlannerInputError`` when the
     history leaves no origin with a full horizon after the first training window.
     """

@@ -19,15 +19,24 @@ hourly rate (so seasonality and growth are multiplicative, as traffic is):
   traffic grows by percentages. Beyond the end of the history the growth can be damped by a
   factor φ per week (τ then advances by φ, φ², …), so a long horizon need not extrapolate a
   short burst of growth forever; φ = 1 (undamped) is the default.
+- Level shifts: a lasting step of the level (a workload moved onto the fleet, a longer prompt
+  for everyone) would otherwise tilt the slope, so the trend also carries a term
+  δ_j·1[t ≥ t_j] per step found. Steps are found by forward selection: the score test of a
+  step at every hour at once (suffix sums of Huber-clipped residuals, so a spike is no step),
+  the best candidate kept when its z-score reaches ``SHIFT_Z_SCORE``, it lasts
+  ``min_shift_hours`` and its new level is even (its two halves agree); a backward pass drops
+  steps the others make redundant. The forecast starts from the level after the last step.
 - ``e`` are the residuals. Their empirical distribution, not a normal assumption, gives the
   band: quantile q of the forecast at hour t is e^(a + b·τ + s + k(t)·Q_e(q)) − c.
   Residuals are studentised (divided by √(1 − h), h the hour's leverage in the weighted fit)
   because in-sample residuals are smaller than out-of-sample errors, most of all with 168
   slot terms fitted from few weeks. k(t) ≥ 1 widens the band with the uncertainty of the
   fitted terms, as a regression prediction interval does:
-  k² = 1 + 1/(W_k + λ) + ρ_f·(τ − t̄_k)²/S, where t̄_k is the mean time the slot was
-  observed, S the within-slot Σ w·(t − t̄_k)² that fixes the slope, and ρ_f = (1 + ρ)/(1 − ρ)
-  the variance inflation of persistent (lag-1 autocorrelated, ρ) residuals. The band so
+  k² = 1 + 1/(W_k + λ) + ρ_f·(x − x̄_k)'M⁻¹(x − x̄_k), where x = (τ, step indicators) is the
+  trend's design, x̄_k its mean over the hours slot k was observed, M the within-slot
+  Σ w·(x − x̄_k)(x − x̄_k)' that fixes the slope and steps (without steps: (τ − t̄_k)²/S),
+  and ρ_f = (1 + ρ)/(1 − ρ) the variance inflation of persistent (lag-1 autocorrelated, ρ)
+  residuals. The band so
   widens with the horizon, slowly at first and then linearly in the weeks ahead.
 - c is a small offset (1% of the mean rate) so hours with zero traffic have a logarithm.
 
@@ -88,6 +97,22 @@ _RESIDUAL_SAMPLE = 2048
 _DEFAULT_SHRINKAGE = 1.0
 # Forecast hours per block when averaging over the residual sample (bounds memory).
 _MEAN_BLOCK_HOURS = 512
+# Level shifts: at most this many steps are looked for, each lasting at least this many hours
+# (two days: an incident or a one-day campaign is not a new level), and one is kept when its
+# estimate is this many standard errors from zero. The bar is the search's: the largest of
+# hundreds of candidate z-scores on a history with no step (docs/forecasting.md, "Level
+# shifts", gives its measured false-alarm rate).
+MAX_LEVEL_SHIFTS = 3
+MIN_SHIFT_HOURS = 48
+SHIFT_Z_SCORE = 4.0
+# A step whose later half differs from its earlier half by this many standard errors is not
+# a new level (one test at a fixed split, so a lower bar than the search's).
+_UNEVEN_Z_SCORE = 3.0
+# Candidates examined per step looked for: an uneven one is set aside and the search goes on.
+_SHIFT_SEARCHES_PER_STEP = 4
+# A candidate step whose column the slot terms and the trend all but explain carries no
+# information of its own.
+_MIN_STEP_SPREAD = 1e-6
 
 _STANDARD_NORMAL = NormalDist()
 
@@ -268,38 +293,65 @@ class Forecast:
 # -- the model ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class LevelShift:
+    """A lasting step in the demand level, found in the history and fitted as a step.
+
+    ``at`` is the start (UTC epoch seconds) of the first hour at the new level, ``factor`` the
+    new level over the old (1.5 is a +50% step), ``z_score`` the step's estimate over its
+    standard error (the evidence it passed; see ``SHIFT_Z_SCORE``).
+    """
+
+    at: int
+    factor: float
+    z_score: float
+
+
 @dataclass(frozen=True, eq=False)
 class _SeasonalTrend:
-    """Fitted terms of the log model; times τ in weeks since ``origin_hour``."""
+    """Fitted terms of the log model; times τ in weeks since ``origin_hour``.
+
+    ``coef`` holds the slope per week and then one log step per level shift (in force from the
+    epoch hour in ``shift_hours`` on); ``slot_x`` the weighted mean of each regressor over each
+    slot's observed hours and ``inverse_cross`` the inverse of their within-slot weighted
+    cross-product, which together give the fitted terms' share of the forecast variance.
+    """
 
     origin_hour: int
     intercept: float
-    slope: float
+    coef: FloatArray
+    shift_hours: IntArray
     season: FloatArray
     slot_weight: FloatArray
-    slot_time: FloatArray
+    slot_x: FloatArray
+    inverse_cross: FloatArray
     shrinkage: float
     offset: float
     damping: float
     end_week: float
-    sxx: float
     persistence: float
     law: _EmpiricalLaw
+
+    @property
+    def slope(self) -> float:
+        return float(self.coef[0])
 
     def forecast(self, epoch_hours: IntArray) -> Forecast:
         weeks = (epoch_hours - self.origin_hour) / HOURS_PER_WEEK
         tau = _damped_weeks(weeks, self.end_week, self.damping)
         slots = _slot_of_hour(epoch_hours)
-        center = self.intercept + self.slope * tau + self.season[slots]
+        x = _regressors(tau, epoch_hours, self.shift_hours)
+        center = self.intercept + x @ self.coef + self.season[slots]
         # Forecast error variance over the noise variance: the noise itself, the posterior
-        # variance of the slot's term (1/λ, the prior, for a slot never seen) and the slope's,
-        # which grows with the distance from the times the slot was observed.
+        # variance of the slot's term (1/λ, the prior, for a slot never seen) and the fitted
+        # slope's and steps', which grows with the distance from the times (and levels) the
+        # slot was observed at: (x − x̄_k)' M⁻¹ (x − x̄_k), inflated by persistent residuals.
         precision = self.slot_weight[slots] + self.shrinkage
         # λ = 0 (no shrinkage, asked for) says nothing of a slot never seen: count it as one.
         precision = np.where(precision > 0, precision, 1.0)
-        variance_ratio = (
-            1.0 + 1.0 / precision + self.persistence * (tau - self.slot_time[slots]) ** 2 / self.sxx
-        )
+        dx = x - self.slot_x[slots]
+        terms = np.einsum("ij,jk,ik->i", dx, self.inverse_cross, dx)
+        variance_ratio = 1.0 + 1.0 / precision + self.persistence * terms
         scale = np.sqrt(variance_ratio)
         # Smearing (Duan 1983): the mean of e^(x + e) is e^x · E[e^e], not e^x.
         mean = np.maximum(np.exp(center) * self.law.mean_exp(scale) - self.offset, 0.0)
@@ -343,8 +395,10 @@ class DemandModel:
     declared rate, flat. ``seasonal_factors`` are the 168 multiplicative hour-of-week factors
     (index 0 = Monday 00:00 UTC, geometric mean 1; all 1 for the flat fallback) and
     ``weekly_growth`` the fitted growth of the level per week before damping (0.02 = +2% a
-    week). ``history_hours`` counts the observed hours used, ``history_end`` is the end of the
-    last one (epoch seconds), and ``shrinkage`` is the λ the seasonal terms were shrunk with.
+    week), net of any ``level_shifts`` (the lasting steps the history showed, oldest first;
+    the forecast starts from the level after the last). ``history_hours`` counts the observed
+    hours used, ``history_end`` is the end of the last one (epoch seconds), and ``shrinkage``
+    is the λ the seasonal terms were shrunk with.
     """
 
     sufficient_history: bool
@@ -353,6 +407,7 @@ class DemandModel:
     seasonal_factors: FloatArray
     weekly_growth: float
     shrinkage: float
+    level_shifts: tuple[LevelShift, ...]
     _fit: _SeasonalTrend | _Declared = field(repr=False)
 
     def forecast(self, start: float, hours: int) -> Forecast:
@@ -372,6 +427,8 @@ def fit_demand(
     min_history_hours: int = MIN_HISTORY_HOURS,
     shrinkage: float | None = None,
     damping: float = 1.0,
+    max_level_shifts: int = MAX_LEVEL_SHIFTS,
+    min_shift_hours: int = MIN_SHIFT_HOURS,
 ) -> DemandModel:
     """Fit the demand model to a rate history (see the module docstring for the model).
 
@@ -382,7 +439,9 @@ def fit_demand(
     declared peak over mean; 1 gives no band); ``declared_rate`` is then required.
     ``shrinkage`` (λ ≥ 0) overrides the empirical-Bayes seasonal shrinkage; ``damping`` (φ
     in (0, 1]) multiplies the trend's weekly growth each week past the end of the history
-    (1 keeps growth undamped).
+    (1 keeps growth undamped). Up to ``max_level_shifts`` lasting steps of the level (0: none)
+    are detected and fitted as steps rather than as growth; each must hold for at least
+    ``min_shift_hours`` hours, and lie as far from the history's start and from another step.
     """
     hour_starts, rates = resample_hourly(timestamps, values)
     burst = _checks.at_least_one("declared_burst", declared_burst)
@@ -395,6 +454,8 @@ def fit_demand(
     lam = None if shrinkage is None else _checks.non_negative("shrinkage", shrinkage)
     phi = _checks.utilization("damping", damping)
     rate = None if declared_rate is None else _checks.non_negative("declared_rate", declared_rate)
+    shifts = _checks.non_negative_int("max_level_shifts", _count(max_level_shifts))
+    shift_hours = _checks.positive_int("min_shift_hours", _count(min_shift_hours))
 
     epoch_hours = hour_starts // HOUR_S
     history_end = int(hour_starts[-1]) + HOUR_S if hour_starts.size else 0
@@ -412,10 +473,11 @@ def fit_demand(
             seasonal_factors=np.ones(HOURS_PER_WEEK, dtype=np.float64),
             weekly_growth=0.0,
             shrinkage=0.0,
+            level_shifts=(),
             _fit=_Declared(rate=rate, sigma=_burst_sigma(burst, burst_q)),
         )
 
-    fit = _fit_seasonal_trend(epoch_hours, rates, lam, phi)
+    fit, found = _fit_seasonal_trend(epoch_hours, rates, lam, phi, shifts, shift_hours)
     return DemandModel(
         sufficient_history=True,
         history_hours=int(epoch_hours.size),
@@ -423,6 +485,7 @@ def fit_demand(
         seasonal_factors=np.exp(fit.season),
         weekly_growth=math.expm1(fit.slope),
         shrinkage=fit.shrinkage,
+        level_shifts=found,
         _fit=fit,
     )
 
@@ -454,8 +517,33 @@ def _damped_weeks(weeks: FloatArray, end_week: float, damping: float) -> FloatAr
     return np.where(weeks > end_week, end_week + damped, weeks)
 
 
+def _regressors(tau: FloatArray, epoch_hours: IntArray, shift_hours: IntArray) -> FloatArray:
+    """The trend's design: τ (weeks), then one 0/1 step column per level shift."""
+    columns = [tau, *((epoch_hours >= hour).astype(np.float64) for hour in shift_hours)]
+    return np.column_stack(columns).astype(np.float64)
+
+
 def _slot_sums(slots: IntArray, values: FloatArray) -> FloatArray:
     return np.bincount(slots, values, minlength=HOURS_PER_WEEK).astype(np.float64)
+
+
+def _slot_means(slots: IntArray, weights: FloatArray, values: FloatArray) -> FloatArray:
+    """Weighted mean of each column of ``values`` over each slot's hours (0 for a slot unseen).
+
+    ``values`` is one-dimensional (one mean per slot) or (hours × columns).
+    """
+    slot_weight = _slot_sums(slots, weights)
+    seen = slot_weight > 0
+    if values.ndim == 1:
+        return np.divide(
+            _slot_sums(slots, weights * values),
+            slot_weight,
+            out=np.zeros(HOURS_PER_WEEK),
+            where=seen,
+        )
+    return np.column_stack(
+        [_slot_means(slots, weights, values[:, j]) for j in range(values.shape[1])]
+    )
 
 
 def _huber_weights(resid: FloatArray) -> FloatArray:
@@ -466,80 +554,253 @@ def _huber_weights(resid: FloatArray) -> FloatArray:
     return np.minimum(1.0, _HUBER_K * sigma / np.maximum(np.abs(resid), 1e-300))
 
 
-@dataclass(frozen=True, eq=False)
-class _TrendFit:
-    """Slope from within-slot variation, with the weights and slot means it was fitted with."""
+def _lag1_autocorrelation(resid: FloatArray, epoch_hours: IntArray) -> float:
+    """Lag-1 autocorrelation over pairs of consecutive observed hours, in [0, _MAX_RHO]."""
+    consecutive = np.diff(epoch_hours) == 1
+    denom = float(np.sum(resid**2))
+    rho = float(np.sum(resid[:-1][consecutive] * resid[1:][consecutive])) / denom if denom else 0.0
+    return min(max(rho, 0.0), _MAX_RHO)
 
-    slope: float
+
+@dataclass(frozen=True, eq=False)
+class _SlotRegression:
+    """Trend coefficients from within-slot variation, with what they were fitted with.
+
+    ``coef`` has one entry per regressor column (the slope, then the steps); ``slot_x`` is
+    each slot's weighted mean of the regressors, ``slot_level`` of z − x·coef; ``cross`` the
+    within-slot weighted cross-product Σ w·(x − x̄_k)(x − x̄_k)'.
+    """
+
+    coef: FloatArray
     weights: FloatArray
     slot_weight: FloatArray
-    slot_time: FloatArray
+    slot_x: FloatArray
     slot_level: FloatArray
-    within_sxx: float
+    cross: FloatArray
+
+    def residuals(self, z: FloatArray, x: FloatArray, slots: IntArray) -> FloatArray:
+        return np.asarray(z - x @ self.coef - self.slot_level[slots], dtype=np.float64)
 
 
-def _within_slot_trend(z: FloatArray, t: FloatArray, slots: IntArray, robust: bool) -> _TrendFit:
-    """Slope of the log level per week from deviations from each slot's own mean.
+def _within_slot_fit(
+    z: FloatArray, x: FloatArray, slots: IntArray, robust: bool
+) -> _SlotRegression:
+    """Trend coefficients of the log level from deviations from each slot's own mean.
 
     Comparing each hour only with the same hour of other weeks (a fixed-effects regression)
-    keeps the weekly pattern, however strong and however shrunk later, out of the slope.
-    Huber weights, re-estimated until they settle, bound the pull of spikes and outages.
+    keeps the weekly pattern, however strong and however shrunk later, out of the slope and the
+    steps. Huber weights, re-estimated until they settle, bound the pull of spikes and outages.
+    A coefficient the data cannot identify (one week of history says nothing of a slope) is 0.
     """
     weights = np.ones_like(z)
-    slope = 0.0
+    coef = np.zeros(x.shape[1], dtype=np.float64)
     for _ in range(_IRLS_MAX_ITER):
-        slot_weight = _slot_sums(slots, weights)
-        seen = slot_weight > 0
-        slot_time = np.divide(
-            _slot_sums(slots, weights * t), slot_weight, out=np.zeros(HOURS_PER_WEEK), where=seen
+        dx = x - _slot_means(slots, weights, x)[slots]
+        dz = z - _slot_means(slots, weights, z)[slots]
+        weighted = dx * weights[:, None]
+        new_coef = np.asarray(
+            np.linalg.lstsq(weighted.T @ dx, weighted.T @ dz, rcond=None)[0], dtype=np.float64
         )
-        slot_level = np.divide(
-            _slot_sums(slots, weights * z), slot_weight, out=np.zeros(HOURS_PER_WEEK), where=seen
+        new_weights = _huber_weights(dz - dx @ new_coef) if robust else weights
+        change = max(
+            float(np.max(np.abs(new_coef - coef))), float(np.max(np.abs(new_weights - weights)))
         )
-        dt = t - slot_time[slots]
-        dz = z - slot_level[slots]
-        sxx = float(np.sum(weights * dt * dt))
-        new_slope = float(np.sum(weights * dt * dz)) / sxx if sxx > 0 else 0.0
-        new_weights = _huber_weights(dz - new_slope * dt) if robust else weights
-        change = max(abs(new_slope - slope), float(np.max(np.abs(new_weights - weights))))
-        slope, weights = new_slope, new_weights
+        coef, weights = new_coef, new_weights
         if change < _IRLS_TOL:
             break
-    slot_weight = _slot_sums(slots, weights)
-    seen = slot_weight > 0
-    slot_time = np.divide(
-        _slot_sums(slots, weights * t), slot_weight, out=np.zeros(HOURS_PER_WEEK), where=seen
-    )
-    slot_level = np.divide(
-        _slot_sums(slots, weights * (z - slope * t)),
-        slot_weight,
-        out=np.zeros(HOURS_PER_WEEK),
-        where=seen,
-    )
-    dt = t - slot_time[slots]
-    return _TrendFit(
-        slope=slope,
+    slot_x = _slot_means(slots, weights, x)
+    dx = x - slot_x[slots]
+    return _SlotRegression(
+        coef=np.asarray(coef, dtype=np.float64),
         weights=weights,
-        slot_weight=slot_weight,
-        slot_time=slot_time,
-        slot_level=slot_level,
-        within_sxx=float(np.sum(weights * dt * dt)),
+        slot_weight=_slot_sums(slots, weights),
+        slot_x=slot_x,
+        slot_level=_slot_means(slots, weights, z - x @ coef),
+        cross=(dx * weights[:, None]).T @ dx,
     )
 
 
-def _empirical_bayes_shrinkage(z: FloatArray, t: FloatArray, slots: IntArray) -> float:
+def _z_scores(
+    fit: _SlotRegression,
+    z: FloatArray,
+    x: FloatArray,
+    slots: IntArray,
+    epoch_hours: IntArray,
+) -> FloatArray:
+    """Each coefficient of a robust fit over its standard error (0 where it has none).
+
+    Huber's sandwich, Var(β) = E[ψ²] / E[ψ']² · (X̃'X̃)⁻¹ with X̃ the within-slot centred
+    design and E[ψ²] per residual degree of freedom, inflated by (1 + ρ)/(1 − ρ) for
+    residuals persistent at lag one, as the band is: a slow wander of autocorrelated noise is
+    not taken for a step.
+    """
+    none = np.zeros(x.shape[1], dtype=np.float64)
+    resid = fit.residuals(z, x, slots)
+    psi = fit.weights * resid  # w·r is Huber's ψ(r) at the fit's scale
+    derivative = 1.0 - float(np.mean(fit.weights < 1.0))
+    # Degrees of freedom: each seen slot's mean and each regressor took one (with two weeks
+    # of history, half the hours).
+    dof = int(z.size) - int(np.sum(fit.slot_weight > 0)) - int(x.shape[1])
+    if derivative <= 0 or dof <= 0:
+        return none
+    centred = x - _slot_means(slots, np.ones_like(z), x)[slots]
+    rho = _lag1_autocorrelation(resid, epoch_hours)
+    noise = float(np.sum(psi**2)) / dof / derivative**2 * (1 + rho) / (1 - rho)
+    variance = noise * np.diag(np.linalg.pinv(centred.T @ centred))
+    positive = variance > 0
+    return np.divide(fit.coef, np.sqrt(np.where(positive, variance, 1.0)), out=none, where=positive)
+
+
+def _step_z_scores(
+    z: FloatArray, t: FloatArray, epoch_hours: IntArray, slots: IntArray, starts: list[int]
+) -> FloatArray:
+    """The z-score of each step in ``starts``, all fitted together with the slope."""
+    x = _regressors(t, epoch_hours, np.array(starts, dtype=np.int64))
+    return _z_scores(_within_slot_fit(z, x, slots, robust=True), z, x, slots, epoch_hours)[1:]
+
+
+def _later_in_slot(slots: IntArray) -> FloatArray:
+    """For each hour, how many later observed hours share its slot."""
+    order = np.argsort(slots, kind="stable")
+    sorted_slots = slots[order]
+    counts = np.bincount(slots, minlength=HOURS_PER_WEEK)
+    first = np.cumsum(counts) - counts  # position of each slot's first hour in ``order``
+    rank = np.arange(slots.size) - first[sorted_slots]  # 0 for the slot's earliest hour
+    later = np.empty(slots.size, dtype=np.float64)
+    later[order] = counts[sorted_slots] - 1 - rank
+    return later
+
+
+def _suffix_sums(values: FloatArray) -> FloatArray:
+    """Σ_{j ≥ i} values[j] for each i (along the first axis)."""
+    return np.asarray(np.cumsum(values[::-1], axis=0)[::-1], dtype=np.float64)
+
+
+def _best_shift(
+    fit: _SlotRegression,
+    z: FloatArray,
+    x: FloatArray,
+    slots: IntArray,
+    allowed: npt.NDArray[np.bool_],
+) -> int | None:
+    """Index of the observed hour where a step would explain most of a fit's residuals.
+
+    The score test of a step starting at hour c: U_c = Σ_{i ≥ c} ψ(r_i), Huber's clipped
+    residuals (so a spike cannot pose as a step), over the spread of the step's column once
+    the slot terms and the regressors already fitted are projected out,
+    V_c = ‖D_c − P·D_c‖². ψ is orthogonal to those columns at the fit, which makes U_c a
+    suffix sum; V_c is one too: centring D_c within slots leaves Σ_k n⁺(1 − n⁺/n_k), n⁺ the
+    slot's hours from c on, and projecting out the centred regressors X̃ subtracts
+    g'(X̃'X̃)⁻¹g with g = Σ_{i ≥ c} X̃_i. O(hours) for all c at once.
+    """
+    psi = fit.weights * fit.residuals(z, x, slots)
+    counts = np.bincount(slots, minlength=HOURS_PER_WEEK).astype(np.float64)
+    # Adding hour i (slot k, with n⁺ later hours) to the suffix raises n⁺(1 − n⁺/n_k) by
+    # 1 − (2n⁺ + 1)/n_k.
+    increments = 1.0 - (2.0 * _later_in_slot(slots) + 1.0) / counts[slots]
+    centred = x - _slot_means(slots, np.ones_like(z), x)[slots]
+    g = _suffix_sums(centred)
+    spread = _suffix_sums(increments) - np.einsum(
+        "ij,jk,ik->i", g, np.linalg.pinv(centred.T @ centred), g
+    )
+    usable = allowed & (spread > _MIN_STEP_SPREAD)
+    if not np.any(usable):
+        return None
+    score = _suffix_sums(psi) ** 2 / np.where(usable, spread, 1.0)
+    return int(np.argmax(np.where(usable, score, -1.0)))
+
+
+def _level_shifts(
+    z: FloatArray,
+    t: FloatArray,
+    epoch_hours: IntArray,
+    slots: IntArray,
+    max_shifts: int,
+    min_hours: int,
+) -> tuple[list[int], list[float]]:
+    """Epoch hours where the level stepped, oldest first, and each step's z-score.
+
+    Forward selection: the step that best explains the current fit's residuals (score test)
+    is fitted, and kept if its z-score passes ``SHIFT_Z_SCORE`` and the new level is even
+    (``_is_even``); then the next, up to ``max_shifts``; then the steps that no longer pass
+    together are dropped, weakest first. The z-scores returned are from the joint fit. Each step holds for ``min_hours``
+    or more, and starts as far from the history's start and from every other step. An uneven
+    candidate (a one-day outage inside its two days, or a second step not yet fitted) is set
+    aside with its neighbourhood until another step is kept.
+    """
+    starts: list[int] = []
+    first, end = int(epoch_hours[0]), int(epoch_hours[-1]) + 1
+    in_range = (epoch_hours - first >= min_hours) & (end - epoch_hours >= min_hours)
+    set_aside = np.zeros(epoch_hours.size, dtype=bool)
+    for _ in range(_SHIFT_SEARCHES_PER_STEP * max_shifts):
+        if len(starts) == max_shifts:
+            break
+        shift_hours = np.array(starts, dtype=np.int64)
+        x = _regressors(t, epoch_hours, shift_hours)
+        fit = _within_slot_fit(z, x, slots, robust=True)
+        allowed = in_range & ~set_aside
+        for hour in starts:
+            allowed &= np.abs(epoch_hours - hour) >= min_hours
+        best = _best_shift(fit, z, x, slots, allowed)
+        if best is None:
+            break
+        hour = int(epoch_hours[best])
+        if abs(_step_z_scores(z, t, epoch_hours, slots, [*starts, hour])[-1]) < SHIFT_Z_SCORE:
+            break
+        if not _is_even(z, t, epoch_hours, slots, starts, hour, end):
+            set_aside |= np.abs(epoch_hours - hour) < min_hours
+            continue
+        starts.append(hour)
+        set_aside[:] = False
+    # Backward pass: a step kept early can be made redundant by the later ones (the first
+    # search saw a level the other steps explain). Drop the weakest below the bar until all
+    # pass together.
+    starts.sort()
+    while starts:
+        scores = _step_z_scores(z, t, epoch_hours, slots, starts)
+        weakest = int(np.argmin(np.abs(scores)))
+        if abs(scores[weakest]) >= SHIFT_Z_SCORE:
+            return starts, [float(score) for score in scores]
+        del starts[weakest]
+    return [], []
+
+
+def _is_even(
+    z: FloatArray,
+    t: FloatArray,
+    epoch_hours: IntArray,
+    slots: IntArray,
+    starts: list[int],
+    hour: int,
+    end: int,
+) -> bool:
+    """Whether a step at ``hour`` holds the same level through its segment.
+
+    The segment runs to the next step kept (or the end of the history); a second step column
+    from its middle on measures how much its later half differs from its earlier half. A new
+    level is even when that difference is within ``_UNEVEN_Z_SCORE`` standard errors: a
+    one-day outage at the end of a two-day "step" is not.
+    """
+    later = [s for s in starts if s > hour]
+    middle = hour + ((min(later) if later else end) - hour) // 2
+    x = _regressors(t, epoch_hours, np.array([*starts, hour, middle], dtype=np.int64))
+    fit = _within_slot_fit(z, x, slots, robust=True)
+    return bool(abs(_z_scores(fit, z, x, slots, epoch_hours)[-1]) < _UNEVEN_Z_SCORE)
+
+
+def _empirical_bayes_shrinkage(z: FloatArray, x: FloatArray, slots: IntArray) -> float:
     """λ = σ² / τ²: within-slot noise variance over the variance of the true slot terms.
 
     With this λ the ridge estimate W·m / (W + λ) of a slot term is its posterior mean under a
     normal prior of variance τ²: little shrinkage for a strong weekly pattern, much for a weak
     one or for a slot seen once.
     """
-    trend = _within_slot_trend(z, t, slots, robust=False)
+    trend = _within_slot_fit(z, x, slots, robust=False)
     counts = trend.slot_weight
     seen = counts > 0
-    resid = z - trend.slope * t - trend.slot_level[slots]
-    # Degrees of freedom: one slot mean per seen slot and the slope.
-    dof = int(z.size) - int(np.sum(seen)) - 1
+    resid = trend.residuals(z, x, slots)
+    # Degrees of freedom: one slot mean per seen slot, the slope and the steps.
+    dof = int(z.size) - int(np.sum(seen)) - int(x.shape[1])
     if dof <= 0:
         return _DEFAULT_SHRINKAGE
     noise_var = float(np.sum(resid**2)) / dof
@@ -552,17 +813,27 @@ def _empirical_bayes_shrinkage(z: FloatArray, t: FloatArray, slots: IntArray) ->
 
 
 def _fit_seasonal_trend(
-    epoch_hours: IntArray, rates: FloatArray, shrinkage: float | None, damping: float
-) -> _SeasonalTrend:
+    epoch_hours: IntArray,
+    rates: FloatArray,
+    shrinkage: float | None,
+    damping: float,
+    max_shifts: int,
+    min_shift_hours: int,
+) -> tuple[_SeasonalTrend, tuple[LevelShift, ...]]:
     mean_rate = float(np.mean(rates))
     offset = _OFFSET_FRACTION * mean_rate if mean_rate > 0 else 1.0
     z = np.log(rates + offset)
     slots = _slot_of_hour(epoch_hours)
     origin = int(epoch_hours[0])
     t = (epoch_hours - origin) / HOURS_PER_WEEK
-    lam = _empirical_bayes_shrinkage(z, t, slots) if shrinkage is None else shrinkage
+    shift_starts, shift_scores = _level_shifts(
+        z, t, epoch_hours, slots, max_shifts, min_shift_hours
+    )
+    shift_hours = np.array(shift_starts, dtype=np.int64)
+    x = _regressors(t, epoch_hours, shift_hours)
+    lam = _empirical_bayes_shrinkage(z, x, slots) if shrinkage is None else shrinkage
 
-    trend = _within_slot_trend(z, t, slots, robust=True)
+    trend = _within_slot_fit(z, x, slots, robust=True)
     seen = trend.slot_weight > 0
     # Shrink each slot's level toward the mean level of all seen slots (each slot counted
     # once, so a gap in the history does not tilt the level toward the hours that remain).
@@ -571,44 +842,57 @@ def _fit_seasonal_trend(
     season = trend.slot_weight * raw / (trend.slot_weight + lam) if lam > 0 else raw
     level += float(np.mean(season))
     season = season - np.mean(season)
-    resid = z - level - trend.slope * t - season[slots]
+    resid = z - level - x @ trend.coef - season[slots]
+
+    # The fitted terms' variance, relative to the noise: M⁻¹ of the within-slot cross-product.
+    # A regressor with no within-slot spread (one week says nothing of a slope) counts as if
+    # its spread were 1, so the band still widens with the distance from the history.
+    cross = trend.cross.copy()
+    idle = np.diag(cross) <= 0
+    cross[idle, :] = 0.0
+    cross[:, idle] = 0.0
+    cross[idle, idle] = 1.0
+    inverse_cross = np.asarray(np.linalg.pinv(cross), dtype=np.float64)
 
     # Leverage of each hour in the weighted fit: its share of its slot's estimate and of the
-    # slope. Dividing by √(1 − h) turns in-sample residuals into out-of-sample-sized errors.
+    # trend terms. Dividing by √(1 − h) turns in-sample residuals into out-of-sample-sized
+    # errors.
     weights = trend.weights
-    dt = t - trend.slot_time[slots]
-    sxx = trend.within_sxx if trend.within_sxx > 0 else 1.0
-    leverage = weights / (trend.slot_weight[slots] + lam) + weights * dt * dt / sxx
+    dx = x - trend.slot_x[slots]
+    leverage = weights / (trend.slot_weight[slots] + lam) + weights * np.einsum(
+        "ij,jk,ik->i", dx, inverse_cross, dx
+    )
     informative = leverage < _MAX_LEVERAGE
     studentised = (
         resid[informative] / np.sqrt(1.0 - leverage[informative])
         if np.any(informative)
         else resid  # every hour decided its own fit (one week, λ = 0): nothing better to use
     )
-
-    # Lag-1 autocorrelation over pairs of consecutive observed hours.
-    consecutive = np.diff(epoch_hours) == 1
-    denom = float(np.sum(resid**2))
-    rho = float(np.sum(resid[:-1][consecutive] * resid[1:][consecutive])) / denom if denom else 0.0
-    rho = min(max(rho, 0.0), _MAX_RHO)
+    rho = _lag1_autocorrelation(resid, epoch_hours)
 
     sample = np.sort(studentised)
     if sample.size > _RESIDUAL_SAMPLE:
         probs = (np.arange(_RESIDUAL_SAMPLE) + 0.5) / _RESIDUAL_SAMPLE
         sample = np.quantile(sample, probs)
-    t_mean = float(np.mean(t))
-    return _SeasonalTrend(
+    mean_x = np.mean(x, axis=0)
+    model = _SeasonalTrend(
         origin_hour=origin,
         intercept=level,
-        slope=trend.slope,
+        coef=trend.coef,
+        shift_hours=shift_hours,
         season=season,
         slot_weight=trend.slot_weight,
-        slot_time=np.where(seen, trend.slot_time, t_mean),
+        slot_x=np.where(seen[:, None], trend.slot_x, mean_x[None, :]),
+        inverse_cross=inverse_cross,
         shrinkage=lam,
         offset=offset,
         damping=damping,
         end_week=float(t[-1]) + 1.0 / HOURS_PER_WEEK,
-        sxx=sxx,
         persistence=(1.0 + rho) / (1.0 - rho),
         law=_EmpiricalLaw(np.asarray(sample, dtype=np.float64)),
     )
+    found = tuple(
+        LevelShift(at=int(hour) * HOUR_S, factor=math.exp(float(step)), z_score=score)
+        for hour, step, score in zip(shift_hours, trend.coef[1:], shift_scores, strict=True)
+    )
+    return model, found

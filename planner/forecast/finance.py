@@ -24,18 +24,37 @@ k with N(k)/T > r/o (zero if there is none); ties, N(k)/T = r/o, cost the same e
 left on demand. Equivalently K* is the m-th largest G_t, m = ⌊T·r/o⌋ + 1 (zero when m > T): a
 GPU needed at least m hours is worth reserving. With r ≥ o nothing is worth reserving.
 
+Months ahead (``rolling_peak``, ``scale_replicas``): a plan is sized for the peak of its
+re-plan horizon (``Forecast.peak``: the p99 hour of the week ahead), and the fleet re-plans
+every day, so the replicas running on day D are the plan's, scaled by the ratio of the peak of
+the week starting on D to the peak the plan was sized for, rounded up zone by zone and never
+below the floors its promises need (``promise_floor``).
+
+Showback (``showback_split``): a pool's cost splits into the share each tenant's load uses (its
+replica-hours at the target utilisation) and the idle headroom left over (floors, burst,
+rounding), which is shared out in proportion to the load.
+
+The price of each promise (``promise_ladder``): the same problem re-solved one promise lighter
+at a time (zone survival, then N+1, then burst); the cost difference between two rungs is the
+price of the promise dropped between them, shared among the demands by the load each promised
+(``promise_weights``).
+
 Units: prices in currency per GPU-hour (any one currency); hours are whole UTC hours given as
-epoch seconds of their start; months are calendar months in UTC ("2025-04"). Peak tokens per
-minute by month (``tokens_per_minute_by_month``) use the seeds' chain through
+epoch seconds of their start; months are calendar months in UTC ("2025-04"), weeks ISO weeks
+starting on Monday ("2025-W14"), days UTC dates ("2025-04-01"). Peak tokens per minute by
+month (``tokens_per_minute_by_month``) use the seeds' chain through
 ``planner.capacity.workload.tokens_per_minute``.
 """
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from fractions import Fraction
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -43,10 +62,16 @@ import numpy.typing as npt
 from planner.capacity import _checks
 from planner.capacity.workload import tokens_per_minute
 from planner.errors import PlannerInputError
-from planner.forecast.demand import HOUR_S, Forecast, IntArray, check_timestamps
+from planner.forecast.demand import HOUR_S, FloatArray, Forecast, IntArray, check_timestamps
 
 PoolKey = tuple[str, str]
 """(region, GPU type): the unit a reservation is bought in."""
+
+Period = Literal["day", "week", "month"]
+PERIODS: tuple[Period, ...] = ("day", "week", "month")
+DAY_S = 24 * HOUR_S
+# Hours in an average month (8,760 / 12): what a promise's $/h costs "per month".
+HOURS_PER_MONTH = 730
 
 
 # -- inputs -------------------------------------------------------------------------------------
@@ -292,6 +317,60 @@ def month_labels(timestamps: npt.ArrayLike) -> npt.NDArray[np.str_]:
     return seconds.astype("datetime64[s]").astype("datetime64[M]").astype(str)
 
 
+def check_period(name: str, period: object) -> Period:
+    """``period`` if it is one of ``PERIODS``; else a ``PlannerInputError`` naming ``name``."""
+    for kind in PERIODS:
+        if period == kind:
+            return kind
+    raise PlannerInputError(name, f"must be one of {', '.join(PERIODS)}, got {period!r}")
+
+
+def period_starts(timestamps: npt.ArrayLike, period: Period) -> IntArray:
+    """Epoch seconds of the start of the UTC day, ISO week (Monday) or month of each timestamp."""
+    kind = check_period("period", period)
+    seconds = check_timestamps("timestamps", timestamps).astype(np.int64)
+    days = seconds // DAY_S
+    if kind == "day":
+        return days * DAY_S
+    if kind == "week":
+        # Epoch day 0 (1970-01-01) was a Thursday: Monday is 3 days earlier in the week.
+        return (days - (days + 3) % 7) * DAY_S
+    months = seconds.astype("datetime64[s]").astype("datetime64[M]")
+    return months.astype("datetime64[s]").astype(np.int64)
+
+
+def period_label(start: int, period: Period) -> str:
+    """The label of the period starting at ``start`` (epoch s): "2025-04-01", "2025-W14",
+    "2025-04"."""
+    kind = check_period("period", period)
+    moment = datetime.fromtimestamp(int(start), tz=UTC)
+    if kind == "day":
+        return moment.strftime("%Y-%m-%d")
+    if kind == "week":
+        year, week, _ = moment.isocalendar()
+        return f"{year:04d}-W{week:02d}"
+    return moment.strftime("%Y-%m")
+
+
+def period_end(start: int, period: Period) -> int:
+    """Epoch seconds of the end (exclusive) of the period starting at ``start``."""
+    kind = check_period("period", period)
+    if kind == "day":
+        return int(start) + DAY_S
+    if kind == "week":
+        return int(start) + 7 * DAY_S
+    moment = datetime.fromtimestamp(int(start), tz=UTC)
+    year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
+    return int(datetime(year, month, 1, tzinfo=UTC).timestamp())
+
+
+def period_labels(timestamps: npt.ArrayLike, period: Period) -> npt.NDArray[np.str_]:
+    """The label (``period_label``) of the day, ISO week or month of each timestamp."""
+    starts = period_starts(timestamps, period)
+    names = {int(start): period_label(int(start), period) for start in np.unique(starts)}
+    return np.array([names[int(start)] for start in starts], dtype=np.str_)
+
+
 def _check_hours(timestamps: npt.ArrayLike) -> IntArray:
     ts = check_timestamps("timestamps", timestamps)
     if ts.size == 0:
@@ -309,6 +388,7 @@ def project_costs(
     prices: Mapping[PoolKey, GpuPrice],
     *,
     commitment: Mapping[PoolKey, int] | None = None,
+    period: Period = "month",
 ) -> FinanceProjection:
     """Replica-hours, GPU-hours and cost by month, region and GPU type over an hourly horizon.
 
@@ -317,9 +397,11 @@ def project_costs(
     type) its on-demand and reserved price per GPU-hour. Each (region, GPU type) reserves the
     least-cost number of GPUs over the whole horizon (``optimal_commitment``) unless
     ``commitment`` names its level in GPUs (0 buys everything on demand). The reservation's
-    fee falls on every hour of the horizon, so each month pays for its own hours.
+    fee falls on every hour of the horizon, so each month pays for its own hours. ``period``
+    labels the lines by day, ISO week or month (the ``month`` field then holds that label).
     """
     hours = _check_hours(timestamps)
+    kind = check_period("period", period)
     items = tuple(pools)
     _checks.non_empty("pools", items)
     wanted = {} if commitment is None else dict(commitment)
@@ -349,7 +431,7 @@ def project_costs(
         if key not in gpus_by_key:
             raise PlannerInputError("commitment", f"no pool in {key!r} to reserve for")
 
-    months = month_labels(hours)
+    months = period_labels(hours, kind)
     month_names = sorted(set(months.tolist()))
     lines: list[CostLine] = []
     commitments: list[Commitment] = []
@@ -404,6 +486,216 @@ def project_costs(
             )
     lines.sort(key=lambda line: (line.month, line.region, line.gpu_type))
     return FinanceProjection(lines=tuple(lines), commitments=tuple(commitments))
+
+
+# -- months ahead: the plan scaled by the forecast ---------------------------------------------
+
+
+def rolling_peak(
+    rates: npt.ArrayLike, *, hours: int, window: int, step: int = 24, within: float = 0.99
+) -> FloatArray:
+    """The rate each of ``hours`` hours is sized for when the fleet re-plans every ``step``
+    hours for the peak of the ``window`` hours ahead.
+
+    Hour h belongs to re-plan k = h // step, which sizes for the ``within`` percentile of
+    ``rates[k·step : k·step + window]`` (``Forecast.peak``'s rule: the p99 hour of a week by
+    default). ``rates`` (requests/s, hourly, ≥ 0) must reach ``window`` hours past the last
+    re-plan's start, so every window is whole.
+    """
+    count = _checks.positive_int("hours", hours)
+    size = _checks.positive_int("window", window)
+    every = _checks.positive_int("step", step)
+    pct = _checks.utilization("within", within)
+    series = np.asarray(rates, dtype=np.float64)
+    if series.ndim != 1 or not np.all(np.isfinite(series)) or np.any(series < 0):
+        raise PlannerInputError("rates", "must be a one-dimensional array of finite rates ≥ 0")
+    replans = math.ceil(count / every)
+    needed = (replans - 1) * every + size
+    if series.size < needed:
+        raise PlannerInputError(
+            "rates",
+            f"must hold {needed} hours ({count} sized, a {size}-hour window), got {series.size}",
+        )
+    windows = np.lib.stride_tricks.sliding_window_view(series[:needed], size)[::every]
+    peaks = np.quantile(windows, pct, axis=1)
+    return np.repeat(peaks, every)[:count].astype(np.float64)
+
+
+def promise_floor(replicas: int, promise_level: int) -> int:
+    """Fewest replicas a region's shape keeps however low its load: one to serve at all, two
+    for N+1 or zone survival (one may fail); never more than the plan holds. ``promise_level``
+    0 none, 1 N+1, 2 zone (``planner.placement.problem.PROMISE_LEVEL``)."""
+    held = _checks.non_negative_int("replicas", replicas)
+    level = _checks.non_negative_int("promise_level", promise_level)
+    return min(held, 1 if level == 0 else 2)
+
+
+def scale_replicas(
+    zone_replicas: Mapping[str, int], ratio: npt.ArrayLike, *, promise_level: int
+) -> dict[str, IntArray]:
+    """Hourly replicas of one region's shape: the plan's zone counts × the hourly load ratio.
+
+    ``zone_replicas`` are the plan's replicas of the shape in each zone of the region;
+    ``ratio[h]`` (≥ 0) the load in hour h over the load the plan was sized for. Each zone is
+    rounded up on its own (the plan's spread over zones stays, so does zone survival), a zone
+    promise keeps one replica in every zone the plan uses, and the region never drops below
+    ``promise_floor`` (missing replicas go to the zones the plan fills most, up to the plan's
+    count). A ratio of exactly 1 gives the plan back.
+    """
+    ratios = np.asarray(ratio, dtype=np.float64)
+    if ratios.ndim != 1 or not np.all(np.isfinite(ratios)) or np.any(ratios < 0):
+        raise PlannerInputError("ratio", "must be a one-dimensional array of finite values ≥ 0")
+    level = _checks.non_negative_int("promise_level", promise_level)
+    zones = sorted(zone_replicas, key=lambda z: (-int(zone_replicas[z]), z))
+    planned = {z: _checks.non_negative_int(f"zone_replicas[{z}]", zone_replicas[z]) for z in zones}
+    out: dict[str, IntArray] = {}
+    for zone in zones:
+        # A hair below a whole number is that number: 1.0000000001 × 9 replicas is 9, not 10.
+        scaled = np.ceil(planned[zone] * ratios - 1e-9).astype(np.int64)
+        if level >= 2 and planned[zone] > 0:
+            scaled = np.maximum(scaled, 1)
+        out[zone] = np.maximum(scaled, 0)
+    floor = promise_floor(sum(planned.values()), level)
+    total = sum(out.values(), np.zeros(ratios.size, dtype=np.int64))
+    short = np.maximum(floor - total, 0)
+    for zone in zones:
+        room = np.maximum(planned[zone] - out[zone], 0)
+        add = np.minimum(short, room)
+        out[zone] = out[zone] + add
+        short = short - add
+    return out
+
+
+# -- showback: cost per tenant, idle headroom shared by load ------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class ShowbackSplit:
+    """Pool costs split over the tenant loads they serve (currency).
+
+    ``direct[i]`` is what load i uses, ``shared[i]`` its part of its pool's idle headroom;
+    ``idle[p]`` is pool p's headroom in all and ``unallocated[p]`` the part of it that no load
+    was there to share (a pool kept up by its floor alone). For every pool, Σ direct + Σ shared
+    + unallocated = its cost.
+    """
+
+    direct: FloatArray
+    shared: FloatArray
+    idle: FloatArray
+    unallocated: FloatArray
+
+
+def showback_split(
+    cost: npt.ArrayLike,
+    replica_hours: npt.ArrayLike,
+    used_replica_hours: npt.ArrayLike,
+    pool: npt.ArrayLike,
+) -> ShowbackSplit:
+    """Split each pool's ``cost`` over ``replica_hours`` by the replica-hours its loads used.
+
+    Load i ran in pool ``pool[i]`` and used ``used_replica_hours[i]`` (requests × replica-seconds
+    per request ÷ target utilisation ÷ 3,600). It pays ``cost × used / replica_hours``
+    directly; what no load used (idle headroom: the floors, the burst headroom, rounding up to
+    whole replicas) is shared in proportion to each load's use. Where the loads add up to more
+    than the pool holds (busier than its target utilisation), the whole cost is split by load
+    and nothing is idle. Where no load ran, the whole cost is idle and unallocated.
+    """
+    costs = _non_negative_vector("cost", cost)
+    held = _non_negative_vector("replica_hours", replica_hours)
+    used = _non_negative_vector("used_replica_hours", used_replica_hours)
+    where = np.asarray(pool, dtype=np.int64)
+    if held.size != costs.size:
+        raise PlannerInputError("replica_hours", f"must have one value per pool ({costs.size})")
+    if where.shape != used.shape or np.any(where < 0) or np.any(where >= costs.size):
+        raise PlannerInputError("pool", "must give each load the index of a pool")
+    load = np.bincount(where, weights=used, minlength=costs.size)
+    # The larger of held and load divides: a pool busier than its target is split by load.
+    base = np.maximum(held, load)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # used / base is at most 1 (base ≥ the pool's load ≥ one load's use), so the ratio
+        # stays finite however small both are.
+        direct = np.where(base[where] > 0, costs[where] * (used / base[where]), 0.0)
+        idle = costs - np.bincount(where, weights=direct, minlength=costs.size)
+        idle = np.where(load > 0, np.maximum(idle, 0.0), costs)
+        shared = np.where(load[where] > 0, idle[where] * (used / load[where]), 0.0)
+    unallocated = np.where(load > 0, 0.0, costs)
+    return ShowbackSplit(direct=direct, shared=shared, idle=idle, unallocated=unallocated)
+
+
+def _non_negative_vector(name: str, values: npt.ArrayLike) -> FloatArray:
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1 or not np.all(np.isfinite(array)) or np.any(array < 0):
+        raise PlannerInputError(name, "must be a one-dimensional array of finite values ≥ 0")
+    return array
+
+
+# -- the price of each promise ------------------------------------------------------------------
+
+PromiseRung = Literal["planned", "without-zone-survival", "without-n+1", "without-burst"]
+PROMISE_RUNGS: tuple[PromiseRung, ...] = (
+    "planned",
+    "without-zone-survival",
+    "without-n+1",
+    "without-burst",
+)
+# The promise whose price is the step from the rung before to this one.
+RUNG_PROMISE: Mapping[PromiseRung, str] = {
+    "without-zone-survival": "zone",
+    "without-n+1": "n+1",
+    "without-burst": "burst",
+}
+
+
+def promise_weights(planned_load: float, *, burst: float, promise_level: int) -> dict[str, float]:
+    """How much of each promise's price a demand carries: its share of the promised load.
+
+    ``planned_load`` is the demand's planned load in replicas' worth (routed requests × burst
+    × replica-seconds per request ÷ target utilisation). Zone survival is carried by
+    zone-promised load, N+1 by load promised N+1 or zone (both keep a spare replica), the burst
+    headroom by the burst's part of the load, load × (1 − 1 / burst). A promise's price shared
+    by these weights adds up, over every demand, to the fleet's price.
+    """
+    load = _checks.non_negative("planned_load", planned_load)
+    factor = _checks.at_least_one("burst", burst)
+    level = _checks.non_negative_int("promise_level", promise_level)
+    return {
+        "zone": load if level >= 2 else 0.0,
+        "n+1": load if level >= 1 else 0.0,
+        "burst": load * (1.0 - 1.0 / factor),
+    }
+
+
+def promise_ladder(
+    problem: Mapping[str, Any], *, demands: Collection[str] | None = None
+) -> tuple[tuple[PromiseRung, dict[str, Any]], ...]:
+    """The problem one promise lighter at a time, for pricing each promise by re-solving.
+
+    Rungs, each keeping the one before's relaxations: ``planned`` (as given);
+    ``without-zone-survival`` (promise "zone" becomes "n+1": still a spare replica, no longer
+    a zone's worth); ``without-n+1`` (every promise "none"); ``without-burst`` (burst 1: sized
+    for the expected peak alone). ``demands`` names the demand ids relaxed (None: all), so one
+    tier's or tenant's promises can be priced with everyone else's held. ``previous`` is
+    dropped: a rung is priced on its own, not near the running plan. The seeds' sizing example
+    (8 requests/s, 100 tokens/s a replica at 70%, burst 1.5, three zones) gives 27, 19, 18 and
+    12 replicas.
+    """
+    wanted = None if demands is None else set(demands)
+    base = copy.deepcopy({k: v for k, v in problem.items() if k != "previous"})
+    rungs: list[tuple[PromiseRung, dict[str, Any]]] = [("planned", copy.deepcopy(base))]
+    current = base
+    for rung in PROMISE_RUNGS[1:]:
+        current = copy.deepcopy(current)
+        for demand in current.get("demands", []):
+            if wanted is not None and demand.get("id") not in wanted:
+                continue
+            if rung == "without-zone-survival" and demand.get("promise") == "zone":
+                demand["promise"] = "n+1"
+            elif rung == "without-n+1":
+                demand["promise"] = "none"
+            elif rung == "without-burst":
+                demand["burst"] = 1.0
+        rungs.append((rung, current))
+    return tuple(rungs)
 
 
 # -- tokens per minute for quotas ---------------------------------------------------------------

@@ -4,7 +4,11 @@
 JSON documents and returns one sentence per violation; an empty list means the plan is
 valid. It reads the problem with its own small reader (``read_spec_problem``) rather than
 the solver's model code, so a misreading in one is caught by the other. The greedy
-baseline and the reference formulation use the same reader for the same reason.
+baseline, the reference formulation and the control plane's emission (which sizes the
+autoscalers from the plan's own problem) use the same reader for the same reason. The
+reader accepts every problem the solver's parser accepts (``planner.placement.problem``),
+with the same values: token means and concurrency caps are numbers, not only whole ones
+(telemetry means never are).
 
 Tolerance: a constraint ``lhs ≤ rhs`` holds when ``lhs − rhs ≤ 1e-6 × max(Σ|lhs terms|,
 Σ|rhs terms|)``, as the contract specifies; equalities use the same bound on ``|lhs − rhs|``.
@@ -56,7 +60,7 @@ class SpecShape:
     gpus: int
     prefill_tokens_per_s: float
     decode_tokens_per_s: float
-    max_concurrency: int | None
+    max_concurrency: float | None
     target_utilization: float
 
 
@@ -71,8 +75,8 @@ class SpecDemand:
     allowed_regions: tuple[str, ...]
     requests_per_s: float
     burst: float
-    prompt_tokens: int
-    output_tokens: int
+    prompt_tokens: float
+    output_tokens: float
     prefix_cache_hit_rate: float
     residence_s: float | None
     max_spill_rtt_ms: float | None
@@ -229,8 +233,11 @@ def read_spec_problem(problem: Mapping[str, Any]) -> SpecProblem:
         if name in regions:
             raise PlannerInputError(f"{where}.name", f"duplicate region {name!r}")
         zones_value = row.get("zones")
-        if not isinstance(zones_value, list) or not zones_value:
-            raise PlannerInputError(f"{where}.zones", "must be a non-empty list of zone names")
+        if zones_value is None:
+            raise PlannerInputError(f"{where}.zones", "is required")
+        if not isinstance(zones_value, list):
+            # An empty list is a region with nowhere to place replicas: valid, and empty.
+            raise PlannerInputError(f"{where}.zones", "must be a list of zone names")
         for j, zone in enumerate(zones_value):
             if not isinstance(zone, str) or not zone:
                 raise PlannerInputError(f"{where}.zones[{j}]", "must be a non-empty string")
@@ -283,7 +290,9 @@ def read_spec_problem(problem: Mapping[str, Any]) -> SpecProblem:
             if value <= 0:
                 raise PlannerInputError(f"{where}.{key}", f"must be positive, got {value!r}")
         concurrency = (
-            None if row.get("max_concurrency") is None else _whole(row, "max_concurrency", where)
+            None
+            if row.get("max_concurrency") is None
+            else _non_negative(_number(row, "max_concurrency", where), f"{where}.max_concurrency")
         )
         shapes[name] = SpecShape(
             name=name,
@@ -307,14 +316,18 @@ def read_spec_problem(problem: Mapping[str, Any]) -> SpecProblem:
         for key, region in (("from", first), ("to", second)):
             if region not in regions:
                 raise PlannerInputError(f"{where}.{key}", f"unknown region {region!r}")
-        if (first, second) in rtt:
-            raise PlannerInputError(where, f"duplicate rtt row for {first}/{second}")
         ms = _non_negative(_number(row, "ms", where), f"{where}.ms")
+        if first == second and ms != 0:
+            raise PlannerInputError(f"{where}.ms", f"a region's rtt to itself is 0, got {ms!r}")
+        # A repeated pair (either direction) that agrees is harmless; one that disagrees
+        # would make the plan depend on row order.
+        if rtt.get((first, second), ms) != ms:
+            raise PlannerInputError(where, f"duplicate rtt row for {first}/{second}")
         rtt[(first, second)] = ms
         rtt[(second, first)] = ms
 
     demands: dict[str, SpecDemand] = {}
-    for i, row in enumerate(_rows(problem, "demands", required=True)):
+    for i, row in enumerate(_rows(problem, "demands", required=False)):
         where = f"demands[{i}]"
         demand_id = _text(row, "id", where)
         if demand_id in demands:
@@ -332,11 +345,11 @@ def read_spec_problem(problem: Mapping[str, Any]) -> SpecProblem:
             if not isinstance(allowed_value, list) or not allowed_value:
                 raise PlannerInputError(f"{where}.allowed_regions", "must be a non-empty list")
             for j, region in enumerate(allowed_value):
-                if region not in regions:
+                if not isinstance(region, str) or region not in regions:
                     raise PlannerInputError(
                         f"{where}.allowed_regions[{j}]", f"unknown region {region!r}"
                     )
-            allowed = tuple(allowed_value)
+            allowed = tuple(dict.fromkeys(allowed_value))
         burst = _number(row, "burst", where, 1.0)
         if burst < 1.0:
             raise PlannerInputError(f"{where}.burst", f"must be at least 1, got {burst!r}")
@@ -357,7 +370,8 @@ def read_spec_problem(problem: Mapping[str, Any]) -> SpecProblem:
             )
         demands[demand_id] = SpecDemand(
             id=demand_id,
-            tenant=str(row.get("tenant", "")),
+            # The solver's default: a demand without a tenant is its own tenant.
+            tenant=str(row.get("tenant") or demand_id),
             model=model,
             home_region=home,
             allowed_regions=allowed,
@@ -365,8 +379,12 @@ def read_spec_problem(problem: Mapping[str, Any]) -> SpecProblem:
                 _number(row, "requests_per_s", where), f"{where}.requests_per_s"
             ),
             burst=burst,
-            prompt_tokens=_whole(row, "prompt_tokens", where),
-            output_tokens=_whole(row, "output_tokens", where),
+            prompt_tokens=_non_negative(
+                _number(row, "prompt_tokens", where), f"{where}.prompt_tokens"
+            ),
+            output_tokens=_non_negative(
+                _number(row, "output_tokens", where), f"{where}.output_tokens"
+            ),
             prefix_cache_hit_rate=hit,
             residence_s=(
                 None if residence is None else _non_negative(residence, f"{where}.residence_s")
@@ -694,7 +712,7 @@ def _check_regions(
             if _exceeds(load.concurrency, slots, load.concurrency, slots):
                 violations.append(
                     f"concurrency {label}: {_fmt(load.concurrency)} requests in flight > "
-                    f"{shape.max_concurrency} x {n_total} replicas = {_fmt(slots)}"
+                    f"{_fmt(shape.max_concurrency)} x {n_total} replicas = {_fmt(slots)}"
                 )
 
 

@@ -714,3 +714,69 @@ def _assert_client_error_or_success(response: Response, what: tuple[Any, ...]) -
     assert response.status_code < 500, (what, response.status_code)
     if response.status_code >= 400:
         assert "error" in response.json(), (what, response.content[:200])
+
+
+class ReportEndpointContract(APITest):
+    """The contract of read-only report endpoints (no records: query parameters in, rows out).
+
+    Declare ``urls`` (every path the contract covers), ``read_status`` (the status a reader
+    gets, 200 unless the endpoint needs set-up) and ``bad_parameters`` (query strings that
+    break one rule each, with the parameter the 400 must name); ``setup_reports`` builds what
+    the reports read. The base class tests the role matrix (every reader role gets
+    ``read_status``, no role 403, anonymous 401, writes refused), the bad parameters (400
+    naming the parameter, in JSON, with nothing else broken) and hostile query strings
+    (never a 5xx).
+    """
+
+    urls: ClassVar[tuple[str, ...]]
+    read_status: ClassVar[int] = 200
+    json_only: ClassVar[frozenset[str]] = frozenset()
+    hostile_parameters: ClassVar[tuple[str, ...]] = ("format", "other")
+
+    def setup_reports(self) -> None:
+        """Build the records the reports read (none by default)."""
+
+    def bad_parameters(self) -> Iterator[tuple[str, dict[str, str], str]]:
+        """(url, query parameters, the parameter the 400 names) for each broken rule."""
+        raise NotImplementedError
+
+    @pytest.mark.parametrize("role", ROLE_NAMES)
+    def test_role_matrix(self, role: str, api_client_for: Any) -> None:
+        self.setup_reports()
+        client = api_client_for(role)
+        expected = {NO_ROLE: 403, ANONYMOUS: 401}.get(role, self.read_status)
+        for url in self.urls:
+            response = client.get(url)
+            assert response.status_code == expected, (url, role, response.content[:200])
+            if role == ANONYMOUS:
+                assert response["WWW-Authenticate"].startswith("Token")
+            if response.status_code >= 400:
+                assert "error" in response.json()
+            for method in ("post", "put", "patch", "delete"):
+                refused = getattr(client, method)(url, {}, format="json")
+                assert refused.status_code in (401, 403, 405), (method, url, role)
+
+    def test_bad_parameters_are_400_naming_them(self, api_client_for: Any) -> None:
+        self.setup_reports()
+        client = api_client_for(VIEWER)
+        cases = list(self.bad_parameters())
+        assert cases, "declare at least one bad parameter"
+        for url, params, field in cases:
+            formats: tuple[dict[str, str], ...] = (
+                ({},) if url in self.json_only else ({}, {"format": "csv"})
+            )
+            for extra in formats:
+                response = client.get(url, {**params, **extra})
+                assert response.status_code == 400, (url, params, response.content[:300])
+                assert response["Content-Type"].startswith("application/json")
+                assert field in error_fields(response), (url, params, response.json())
+
+    def test_hostile_query_strings_never_5xx(self, api_client_for: Any) -> None:
+        self.setup_reports()
+        client = api_client_for(VIEWER)
+        params = {name for _, query, _ in self.bad_parameters() for name in query}
+        for url in self.urls:
+            for param in sorted(params | set(self.hostile_parameters)):
+                for value in HOSTILE_QUERY_VALUES:
+                    response = client.get(url, {param: value})
+                    _assert_client_error_or_success(response, ("GET", url, param, value))

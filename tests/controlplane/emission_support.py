@@ -14,6 +14,7 @@ from typing import Any
 from django.utils import timezone
 
 from controlplane.emission.models import AllocationSink
+from controlplane.fleet.models import AcceleratorType, LlmModel, ReplicaShape
 from controlplane.plans.models import Plan, PlanAllocation, PlanRouting
 
 GPU_HOUR = 2.0
@@ -129,9 +130,41 @@ def solution() -> dict[str, Any]:
     }
 
 
+def shape_records() -> None:
+    """The fleet records of the plan's two shapes: how a cluster starts them."""
+    gpu, _ = AcceleratorType.objects.get_or_create(
+        name="gpu80",
+        defaults={
+            "memory_gb": 80,
+            "peak_bf16_tflops": 312,
+            "memory_tbps": 2.0,
+            "on_demand_price_per_gpu_hour": GPU_HOUR,
+            "reserved_price_per_gpu_hour": GPU_HOUR,
+            "gpu_product": "NVIDIA-A100-SXM4-80GB",
+        },
+    )
+    model, _ = LlmModel.objects.get_or_create(
+        name="m",
+        defaults={"parameters_billions": 8, "layers": 32, "kv_heads": 8, "head_dim": 128},
+    )
+    for name, gpus in (("m/gpu80x1", 1), ("m/gpu80x2", 2)):
+        ReplicaShape.objects.get_or_create(
+            name=name,
+            defaults={
+                "model": model,
+                "accelerator": gpu,
+                "gpus_per_replica": gpus,
+                "model_path": "org/m-instruct",
+                "max_model_len": 8192,
+                "extra_args": ["--enable-prefix-caching"],
+            },
+        )
+
+
 def make_plan(version: int = 1, *, state: str = Plan.State.ACTIVE, scale: int = 1) -> Plan:
     """The plan above as version ``version``; ``scale`` multiplies every replica count (a
-    different plan with the same regions)."""
+    different plan with the same regions). The shapes' fleet records are created with it."""
+    shape_records()
     plan = Plan.objects.create(
         version=version,
         inputs_hash=f"{version:064x}",

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from controlplane.fleet.models import (
     AcceleratorType,
@@ -22,10 +23,12 @@ from controlplane.fleet.models import (
     LlmModel,
     Region,
     ReplicaShape,
+    Zone,
+    ZoneInventory,
 )
 from controlplane.policies.models import Tenant, Tier
-from controlplane.telemetry import services
-from controlplane.telemetry.services import SeriesKey
+from controlplane.telemetry import metrics, storage
+from controlplane.telemetry.storage import SeriesKey
 
 ValueAt = Callable[[float], float]
 _METRIC = re.compile(r"(?:increase|avg_over_time)\(([^\[]+)\[")
@@ -42,7 +45,9 @@ class FakePrometheus:
     """Answers ``/api/v1/query_range`` from registered series; ``script`` overrides answers.
 
     ``script`` holds (status, body) answers used one per request, in order, before the
-    registered series take over; ``always`` (when set) answers every request.
+    registered series take over; ``always`` (when set) answers every request. ``warnings``
+    are sent with every series answer (a partial answer, as Prometheus marks one); a range of
+    more than ``max_points`` steps is refused as Prometheus refuses too many samples (422).
     """
 
     url: str = ""
@@ -51,6 +56,8 @@ class FakePrometheus:
     always: tuple[int, bytes] | None = None
     delay_s: float = 0.0
     queries: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    max_points: int | None = None
 
     def add(self, metric: str, labels: Mapping[str, str], value: ValueAt) -> None:
         self.series.setdefault(metric, []).append(FakeSeries(dict(labels), value))
@@ -64,6 +71,14 @@ class FakePrometheus:
         match = _METRIC.search(params["query"])
         assert match, params["query"]
         start, end, step = (float(params[k]) for k in ("start", "end", "step"))
+        if self.max_points is not None and (end - start) / step + 1 > self.max_points:
+            error = {
+                "status": "error",
+                "errorType": "execution",
+                "error": "query processing would load too many samples into memory in query "
+                "execution",
+            }
+            return 422, json.dumps(error).encode()
         result = []
         for item in self.series.get(match.group(1), []):
             stamps = []
@@ -73,7 +88,12 @@ class FakePrometheus:
                 t += step
             values = [[t, repr(item.value(t))] for t in stamps]
             result.append({"metric": item.labels, "values": values})
-        body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+        body: dict[str, Any] = {
+            "status": "success",
+            "data": {"resultType": "matrix", "result": result},
+        }
+        if self.warnings:
+            body["warnings"] = list(self.warnings)
         return 200, json.dumps(body).encode()
 
 
@@ -162,6 +182,20 @@ def make_fleet(*tenants: tuple[str, str]) -> Fleet:
     return Fleet(eu, us, model, shape, tier, made)
 
 
+def make_plannable(fleet: Fleet, *, gpus_per_zone: int = 64) -> Fleet:
+    """Give the fleet what a placement needs to price a drift: three zones in each region
+    with ``gpus_per_zone`` GPUs each, and the seeds' 2-GPU replica as the only shape with a
+    capacity figure (so sizing reads as the seeds' worked numbers)."""
+    for region in (fleet.eu, fleet.us):
+        for letter in "abc":
+            zone = Zone.objects.create(name=f"{region.name}-{letter}", region=region)
+            ZoneInventory.objects.create(
+                zone=zone, accelerator=fleet.shape.accelerator, gpus_available=gpus_per_zone
+            )
+    CapacityFigure.objects.exclude(shape=fleet.shape).delete()
+    return fleet
+
+
 @dataclass(frozen=True)
 class Traffic:
     """One bucket of one label set's traffic, as a pull would have stored it.
@@ -233,13 +267,13 @@ def traffic_samples(
 
     for i, t in enumerate(buckets):
         at = start + timedelta(seconds=i * bucket_s)
-        put(services.REQUESTS, at, t.requests)
-        put(services.PREFIX_QUERIES, at, t.prefix_queries)
-        put(services.PREFIX_HITS, at, t.prefix_hits)
-        put(services.KV_USAGE, at, t.kv_usage)
+        put(metrics.REQUESTS, at, t.requests)
+        put(metrics.PREFIX_QUERIES, at, t.prefix_queries)
+        put(metrics.PREFIX_HITS, at, t.prefix_hits)
+        put(metrics.KV_USAGE, at, t.kv_usage)
         for family, hist, total in (
-            (services.PROMPT_HIST, t.prompt_buckets, t.prompt_sum),
-            (services.OUTPUT_HIST, t.output_buckets, t.output_sum),
+            (metrics.PROMPT_HIST, t.prompt_buckets, t.prompt_sum),
+            (metrics.OUTPUT_HIST, t.output_buckets, t.output_sum),
         ):
             for le, count in hist.items():
                 put(family + "_bucket", at, count, le)
@@ -247,16 +281,16 @@ def traffic_samples(
             put(family + "_count", at, hist["+Inf"])
         if t.ttft_buckets is not None:
             for le, count in t.ttft_buckets.items():
-                put(services.TTFT_HIST + "_bucket", at, count, le)
-            put(services.TTFT_HIST + "_count", at, t.ttft_buckets["+Inf"])
+                put(metrics.TTFT_HIST + "_bucket", at, count, le)
+            put(metrics.TTFT_HIST + "_count", at, t.ttft_buckets["+Inf"])
         if t.e2e_sum is not None:
-            put(services.E2E_HIST + "_sum", at, t.e2e_sum)
-            put(services.E2E_HIST + "_count", at, t.prompt_buckets["+Inf"])
+            put(metrics.E2E_HIST + "_sum", at, t.e2e_sum)
+            put(metrics.E2E_HIST + "_count", at, t.prompt_buckets["+Inf"])
     return out
 
 
 def store(samples: Mapping[SeriesKey, Mapping[datetime, float]], bucket_s: int) -> int:
     """Write samples as a pull would; returns the rows inserted."""
-    ids = services.series_ids(keys=samples, bucket_s=bucket_s)
+    ids = storage.series_ids(keys=samples, bucket_s=bucket_s)
     rows = [(ids[k], at, v) for k, points in samples.items() for at, v in points.items()]
-    return services.samples_store(rows=rows)
+    return storage.samples_store(rows=rows)

@@ -196,3 +196,61 @@ class TestLoneSurrogates(APITest):
         assert response.status_code in (201, 400)
         if response.status_code == 400:  # the name's own rules may refuse an emoji...
             assert "lone surrogate" not in str(response.json())  # ...but not as a surrogate
+
+
+class TestStrictInput(APITest):
+    """What DRF would drop or coerce is refused, naming the field."""
+
+    def test_an_unknown_field_is_refused_not_dropped(self, api_client_for: Any) -> None:
+        client = api_client_for("policy-admin")
+        response = client.post(
+            "/api/geographies/", {"name": "eu", "descripton": "typo"}, format="json"
+        )
+        assert response.status_code == 400
+        assert error_fields(response) == {"descripton": ["Unknown field."]}
+        tier = self.records.tier()
+        patch = client.patch(
+            f"/api/tiers/{tier.pk}/", {"priorty": 3}, format="json", HTTP_IF_MATCH=tier.etag
+        )
+        assert patch.status_code == 400
+        assert "priorty" in error_fields(patch)
+        tier.refresh_from_db()
+        assert tier.revision == 1  # nothing written
+
+    def test_read_only_fields_sent_back_are_not_unknown(self, api_client_for: Any) -> None:
+        client = api_client_for("policy-admin")
+        created = client.post("/api/geographies/", {"name": "eu"}, format="json").json()
+        body = {**created, "description": "Europe"}
+        response = client.put(f"/api/geographies/{created['id']}/", body, format="json")
+        assert response.status_code == 200, response.json()
+
+    def test_a_boolean_is_not_a_number(self, api_client_for: Any) -> None:
+        region = self.records.region()
+        response = api_client_for("policy-admin").patch(
+            f"/api/regions/{region.pk}/", {"price_multiplier": True}, format="json"
+        )
+        assert response.status_code == 400
+        assert "price_multiplier" in error_fields(response)
+
+    def test_an_id_is_a_whole_number(self, api_client_for: Any) -> None:
+        client = api_client_for("policy-admin")
+        geography = self.records.geography()
+        for bad in (geography.pk + 0.5, True):
+            response = client.post(
+                "/api/regions/", {"name": "r-x", "geography": bad}, format="json"
+            )
+            assert response.status_code == 400, bad
+            assert "geography" in error_fields(response)
+        whole = client.post(
+            "/api/regions/", {"name": "r-y", "geography": float(geography.pk)}, format="json"
+        )
+        assert whole.status_code == 201, whole.json()
+
+    def test_a_boolean_filter_refuses_what_it_cannot_read(self, api_client_for: Any) -> None:
+        client = api_client_for("viewer")
+        for path in ("/api/emission/sinks/", "/api/benchmarks/endpoints/"):
+            refused = client.get(path, {"enabled": "maybe"})
+            assert refused.status_code == 400, path
+            assert "enabled" in error_fields(refused)
+            for good in ("true", "false", "1", "0", "True"):
+                assert client.get(path, {"enabled": good}).status_code == 200

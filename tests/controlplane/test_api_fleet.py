@@ -123,15 +123,18 @@ class TestAccelerators(EndpointContract):
             "memory_tbps": 3.35,
             "on_demand_price_per_gpu_hour": 4.5,
             "reserved_price_per_gpu_hour": 2.9,
+            "gpu_product": "NVIDIA-H100-80GB-HBM3",
         }
 
     def update_payload(self, record: Any) -> dict[str, Any]:
-        return {"on_demand_price_per_gpu_hour": 5.0}
+        return {"on_demand_price_per_gpu_hour": 5.0, "gpu_product": "NVIDIA-H100-SXM5-80GB"}
 
     def invalid_payloads(self) -> Payloads:
         payload = self.create_payload()
         yield {**payload, "reserved_price_per_gpu_hour": 9.0}, "reserved_price_per_gpu_hour"
         yield {**payload, "memory_gb": -80}, "memory_gb"
+        # Not a Kubernetes label value: a node selector on it could never match.
+        yield {**payload, "gpu_product": "NVIDIA H100"}, "gpu_product"
 
 
 class TestInventory(EndpointContract):
@@ -206,16 +209,48 @@ class TestShapes(EndpointContract):
             "runtime_reserve_gb_per_gpu": 6.0,
             "target_utilization": 0.75,
             "runtime_version": "vllm-0.8",
+            "container_image": "vllm/vllm-openai:v0.11.0",
+            "model_path": "meta-llama/Llama-3.3-70B-Instruct",
+            "max_model_len": 4096,
+            "extra_args": ["--enable-prefix-caching", "--gpu-memory-utilization=0.92"],
         }
 
     def update_payload(self, record: Any) -> dict[str, Any]:
-        return {"gpus_per_replica": 4}
+        return {"gpus_per_replica": 4, "extra_args": ["--enable-chunked-prefill"]}
 
     def invalid_payloads(self) -> Payloads:
         huge = self.records.llm_model(parameters_billions=140.0)
         payload = {**self.create_payload(), "model": huge.pk, "gpus_per_replica": 1}
         yield payload, "gpus_per_replica"
         yield {**self.create_payload(), "target_utilization": 1.5}, "target_utilization"
+        # The sink sets these from the shape's own fields; a second value would fight them.
+        for flag in ("--model=x", "--tensor-parallel-size", "--max_model_len=8", "--port=9"):
+            yield {**self.create_payload(), "extra_args": [flag]}, "extra_args"
+        yield {**self.create_payload(), "extra_args": "--enable-prefix-caching"}, "extra_args"
+        yield {**self.create_payload(), "extra_args": [""]}, "extra_args"
+        yield {**self.create_payload(), "container_image": "vllm openai"}, "container_image"
+        yield {**self.create_payload(), "model_path": "models/a\tb"}, "model_path"
+        yield {**self.create_payload(), "max_model_len": 0}, "max_model_len"
+
+    def test_max_model_len_beyond_the_kv_pool_is_refused_with_the_reason(
+        self, api_client_for: Any
+    ) -> None:
+        # Seeds: 70B on 2 × 80 GB with 6 GB reserve keeps an 8 GB pool, 24,414 tokens.
+        client = api_client_for("policy-admin")
+        model = self.records.llm_model(parameters_billions=70.0, layers=80, kv_heads=8)
+        gpu = self.records.accelerator(memory_gb=80.0)
+        payload = {
+            **self.create_payload(),
+            "model": model.pk,
+            "accelerator": gpu.pk,
+            "max_model_len": 32768,
+        }
+        response = client.post(self.list_url(), payload, format="json")
+        assert response.status_code == 400
+        (message,) = error_fields(response)["max_model_len"]
+        assert "32,768 tokens do not fit" in message and "at most 24,414" in message
+        payload["max_model_len"] = 24414
+        assert client.post(self.list_url(), payload, format="json").status_code == 201
 
     def test_shape_that_leaves_no_kv_pool_is_refused_with_the_reason(
         self, api_client_for: Any

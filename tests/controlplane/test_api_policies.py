@@ -164,6 +164,30 @@ class TestTenants(ConditionalEndpointContract):
         assert body["quota"]["etag"] == quota.etag
         assert client.get(self.detail_url(self.records.tenant())).json()["quota"] is None
 
+    def test_the_etag_covers_the_nested_quota(self, api_client_for: Any) -> None:
+        client = api_client_for("policy-admin")
+        tenant = self.records.tenant()
+        quota = self.records.quota(tenant=tenant)
+        first = client.get(self.detail_url(tenant))
+        tag = first["ETag"]
+        assert client.get(self.detail_url(tenant), HTTP_IF_NONE_MATCH=tag).status_code == 304
+        changed = client.patch(
+            f"/api/tenant-quotas/{quota.pk}/",
+            {"budget_rate_replica_s_per_s": 3.0},
+            format="json",
+            HTTP_IF_MATCH=quota.etag,
+        )
+        assert changed.status_code == 200, changed.json()
+        again = client.get(self.detail_url(tenant), HTTP_IF_NONE_MATCH=tag)
+        assert again.status_code == 200
+        assert again.json()["quota"]["budget_rate_replica_s_per_s"] == 3.0
+        assert again["ETag"] != tag
+        # A write carrying the tag read before the quota changed is stale too.
+        stale = client.patch(
+            self.detail_url(tenant), {"display_name": "x"}, format="json", HTTP_IF_MATCH=tag
+        )
+        assert stale.status_code == 412
+
 
 class TestTenantListQueries(APITest):
     """The tenant list costs the same number of queries for 3 tenants as for 30."""

@@ -42,6 +42,13 @@ def sink_form(**changes: Any) -> dict[str, Any]:
         "directory": "",
         "namespace": "default",
         "container_image": "",
+        # The Kubernetes fields' defaults, as the add form renders them.
+        "autoscaler": "hpa",
+        "prometheus_url": "",
+        "gpu_node_label": "nvidia.com/gpu.product",
+        "cpu_per_gpu": "4",
+        "memory_gib_per_gpu": "32",
+        "env_secret": "",
         "kubectl_context": "",
         **changes,
     }

@@ -77,6 +77,19 @@ class TestSinkEndpoint(EndpointContract):
             },
             "container_image",
         )
+        k8s = {
+            "kind": "kubernetes",
+            "name": self.records.name("k8s"),
+            "directory": "manifests",
+            "namespace": "inference",
+            "container_image": "vllm/vllm-openai:v0.11.0",
+        }
+        yield {**k8s, "autoscaler": "keda"}, "prometheus_url"
+        yield {**k8s, "autoscaler": "vpa"}, "autoscaler"
+        yield {**k8s, "gpu_node_label": "not a label"}, "gpu_node_label"
+        yield {**k8s, "cpu_per_gpu": 0}, "cpu_per_gpu"
+        yield {**k8s, "memory_gib_per_gpu": 0.5}, "memory_gib_per_gpu"
+        yield {**k8s, "env_secret": "Bad_Name"}, "env_secret"
         existing = self.make()
         yield {**hook, "name": existing.name}, "name"  # type: ignore[attr-defined]
 
@@ -98,6 +111,14 @@ class TestSinkEndpoint(EndpointContract):
         assert "secret" not in fetched
         assert (fetched["secret_set"], fetched["secret_hint"]) == (True, "••••••••" + SECRET[-4:])
         assert AllocationSink.objects.get(pk=fetched["id"]).secret == SECRET
+
+    def test_only_policy_admins_see_the_secrets_last_characters(self, api_client_for: Any) -> None:
+        record = self.make()
+        for role in ("viewer", "finance"):
+            fetched = api_client_for(role).get(self.detail_url(record)).json()
+            assert (fetched["secret_set"], fetched["secret_hint"]) == (True, ""), role
+            listed = api_client_for(role).get(self.list_url()).json()["results"]
+            assert {row["secret_hint"] for row in listed} == {""}, role
 
     def test_put_replaces_and_patch_changes_only_named_fields(self, api_client_for: Any) -> None:
         client = self.admin(api_client_for)

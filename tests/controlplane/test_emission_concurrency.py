@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -17,16 +18,35 @@ from django.db import connection, transaction
 from controlplane.emission import services
 from controlplane.emission.models import DeliveryAttempt, OutboxEntry
 from tests.controlplane.emission_support import SECRET, make_plan, webhook_sink
-from workers.webhook_receiver import WebhookReceiver
+from workers.simulators.webhook_receiver import WebhookReceiver
 
 DISPATCHERS = 2
 SINKS = 4  # × 3 regions = 12 rows
 
 
+class _MeetingReceiver(WebhookReceiver):
+    """Holds its first deliveries until one from each dispatcher is in flight, so both are
+    busy at the same time however late the machine runs the second thread (a fixed delay
+    would race with it); then answers each after ``delay_s``, racing row by row."""
+
+    def __init__(self, *, secret: str, delay_s: float, meet: int) -> None:
+        super().__init__(secret=secret, delay_s=delay_s)
+        self._meeting = threading.Barrier(meet)
+
+    def receive(self, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
+        if not self._meeting.broken:
+            try:
+                self._meeting.wait(timeout=30)
+            except threading.BrokenBarrierError:
+                pass  # later deliveries find the meeting over
+            else:
+                self._meeting.abort()  # met once: the rest go through
+        return super().receive(headers, body)
+
+
 @pytest.fixture
 def slow_receiver() -> Iterator[WebhookReceiver]:
-    # Slow enough that both dispatchers are busy at the same time, racing row by row.
-    with WebhookReceiver(secret=SECRET, delay_s=0.02) as receiver:
+    with _MeetingReceiver(secret=SECRET, delay_s=0.02, meet=DISPATCHERS) as receiver:
         yield receiver
 
 

@@ -4,6 +4,7 @@ floor, ceiling and in-flight target, checked against the seeds' sizing arithmeti
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -13,6 +14,7 @@ from controlplane.emission.payload import (
     AllocationRow,
     PlanSnapshot,
     RoutingRow,
+    ShapeServing,
     region_documents,
 )
 from planner.placement.verify import verify
@@ -154,3 +156,80 @@ def test_routing_to_an_unknown_demand_keeps_the_plan_as_floor() -> None:
     routing = [*ROUTING, ("ghost/x", "ghost", "us", "m/gpu80x1", 1.0)]
     us = shapes_of(region_documents(snapshot(routing=routing))["us"])["m/gpu80x1"]
     assert us["standing_floor"] == us["replicas"] == 18
+
+
+def test_fractional_token_means_from_telemetry_keep_the_autoscaler_bounds() -> None:
+    # Telemetry-derived means are never whole; the document must still size the autoscaler
+    # (the plan's problem is read as the solver read it) rather than fall back to the plan.
+    problem = copy.deepcopy(PROBLEM)
+    problem["demands"][2]["output_tokens"] = 100.0000001
+    problem["demands"][2]["prompt_tokens"] = 0.29
+    us = region_documents(snapshot(problem))["us"]
+    assert us["sizing_note"] == ""
+    search = shapes_of(us)["m/gpu80x1"]
+    assert search["model"] == "m"
+    assert (search["standing_floor"], search["max_replicas"]) == (12, 40)
+
+
+def test_zone_floors_spread_the_standing_floor_so_a_zone_loss_leaves_enough() -> None:
+    eu = shapes_of(region_documents(snapshot())["eu"])
+    chat = eu["m/gpu80x1"]["zone_bounds"]
+    # 18 standing over 3 zones: 6 each, so any two hold the 12 = ceil(8 / 0.7) needed.
+    assert {z: b["floor"] for z, b in chat.items()} == {"eu-a": 6, "eu-b": 6, "eu-c": 6}
+    # Ceilings per zone: eu-a's 40 GPUs also hold the batch shape's 6.
+    assert {z: b["max_replicas"] for z, b in chat.items()} == {"eu-a": 34, "eu-b": 40, "eu-c": 40}
+    assert eu["m/gpu80x2"]["zone_bounds"] == {
+        "eu-a": {"replicas": 3, "floor": 3, "max_replicas": 15}
+    }
+    us = shapes_of(region_documents(snapshot())["us"])["m/gpu80x1"]["zone_bounds"]
+    assert {z: b["floor"] for z, b in us.items()} == {"us-a": 6, "us-b": 6}
+
+
+def test_every_zone_keeps_one_replica_even_when_the_region_floor_is_one() -> None:
+    routing = [row for row in ROUTING if row[0] != "globex/search"]
+    us = shapes_of(region_documents(snapshot(routing=routing))["us"])["m/gpu80x1"]
+    assert us["standing_floor"] == 1
+    assert {z: b["floor"] for z, b in us["zone_bounds"].items()} == {"us-a": 1, "us-b": 1}
+
+
+def test_serving_and_tenants_of_each_shape() -> None:
+    serving = ShapeServing(
+        image="registry.example/vllm:1",
+        model_path="org/m",
+        served_model_name="m",
+        tensor_parallel_size=1,
+        max_model_len=4096,
+        extra_args=("--enable-prefix-caching",),
+        gpu_product="NVIDIA-A100-SXM4-80GB",
+    )
+    documents = region_documents(replace(snapshot(), serving={"m/gpu80x1": serving}))
+    eu = shapes_of(documents["eu"])
+    assert eu["m/gpu80x1"]["serving"] == serving.as_dict()
+    assert eu["m/gpu80x1"]["tenants"] == ["acme"]
+    # A shape whose record is gone is served under the model's name, on its plan's GPUs.
+    assert eu["m/gpu80x2"]["serving"] == {
+        "image": "",
+        "model_path": "m",
+        "served_model_name": "m",
+        "tensor_parallel_size": 2,
+        "max_model_len": None,
+        "extra_args": [],
+        "gpu_product": "gpu80",
+    }
+
+
+def test_quotas_of_every_tenant_served_bound_the_ceiling_never_below_the_plan() -> None:
+    # globex may keep 14 replica-seconds per second busy: 20 replicas at 70%, under the 40
+    # the inventory allows. Each zone may take it all while the other is down: 20 per zone.
+    capped = replace(snapshot(), quota_replica_s_per_s={"globex": 14.0})
+    us = shapes_of(region_documents(capped)["us"])["m/gpu80x1"]
+    assert us["max_replicas"] == 20
+    assert {z: b["max_replicas"] for z, b in us["zone_bounds"].items()} == {"us-a": 20, "us-b": 20}
+    # A quota below the plan never takes replicas away from it.
+    tight = replace(snapshot(), quota_replica_s_per_s={"globex": 1.0})
+    us = shapes_of(region_documents(tight)["us"])["m/gpu80x1"]
+    assert us["max_replicas"] == 18
+    assert {z: b["max_replicas"] for z, b in us["zone_bounds"].items()} == {"us-a": 9, "us-b": 9}
+    # A served tenant without a quota: only inventory bounds it.
+    eu = shapes_of(region_documents(capped)["eu"])["m/gpu80x1"]
+    assert eu["max_replicas"] == 27 + 87

@@ -36,9 +36,17 @@ def emit(plan: Plan) -> None:
     assert report.failed == report.retrying == 0, report.errors
 
 
-def manifests(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+def manifests(path: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The file's objects by kind, shape (model for a Service) and zone."""
     documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    return {(d["kind"], d["metadata"]["annotations"]["headroom.io/shape"]): d for d in documents}
+    keyed = {}
+    for d in documents:
+        notes = d["metadata"]["annotations"]
+        if d["kind"] == "Service":
+            keyed[(d["kind"], notes["headroom.io/model"], "")] = d
+        else:
+            keyed[(d["kind"], notes["headroom.io/shape"], notes["headroom.io/zone"])] = d
+    return keyed
 
 
 # -- JSON files ------------------------------------------------------------------------------
@@ -120,43 +128,75 @@ def test_sink_directories_stay_under_the_emission_root(directory: str) -> None:
 # -- Kubernetes ------------------------------------------------------------------------------
 
 
-def test_kubernetes_sink_writes_a_deployment_and_autoscaler_per_region_and_shape(
-    root: Path,
-) -> None:
+def test_kubernetes_sink_writes_a_vllm_deployment_and_autoscaler_per_zone(root: Path) -> None:
     kubernetes_sink()
     emit(make_plan(4))
     folder = root / "manifests"
     assert sorted(p.name for p in folder.glob("*.yaml")) == ["ap.yaml", "eu.yaml", "us.yaml"]
 
+    # Each document stands alone: no YAML anchors or aliases between shared sub-mappings.
+    assert "&id" not in (folder / "eu.yaml").read_text()
     us = manifests(folder / "us.yaml")
-    assert set(us) == {("Deployment", "m/gpu80x1"), ("HorizontalPodAutoscaler", "m/gpu80x1")}
-    deployment = us[("Deployment", "m/gpu80x1")]
+    assert set(us) == {
+        (kind, "m/gpu80x1", zone)
+        for kind in ("Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget")
+        for zone in ("us-a", "us-b")
+    } | {("Service", "m", "")}
+    deployment = us[("Deployment", "m/gpu80x1", "us-a")]
     assert deployment["apiVersion"] == "apps/v1"
     assert deployment["metadata"]["namespace"] == "inference"
-    assert deployment["spec"]["replicas"] == 18
+    # The autoscaler owns the live count: a delivery never resets it.
+    assert "replicas" not in deployment["spec"]
+    labels = deployment["metadata"]["labels"]
+    assert labels["headroom.io/plan-version"] == "4" and labels["headroom.io/model"] == "m"
+    assert labels["tenants.headroom.io/globex"] == "served"
     pod = deployment["spec"]["template"]["spec"]
-    assert pod["containers"][0]["image"] == "registry.example/vllm:0.8"
-    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
-    zones = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert zones["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["us-a", "us-b"]
-    assert pod["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"
+    # A new plan must not restart pods: no plan or tenant label on the template.
+    template_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert "headroom.io/plan-version" not in template_labels
+    assert not [k for k in template_labels if k.startswith("tenants.")]
+    (container,) = pod["containers"]
+    assert container["image"] == "registry.example/vllm:0.8"
+    assert container["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert container["args"][:6] == [
+        "--model",
+        "org/m-instruct",
+        "--served-model-name",
+        "m",
+        "--tensor-parallel-size",
+        "1",
+    ]
+    assert container["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    assert container["resources"] == {
+        "requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": 1},
+        "limits": {"memory": "32Gi", "nvidia.com/gpu": 1},
+    }
+    assert pod["volumes"][0]["emptyDir"]["medium"] == "Memory"
+    assert container["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-a"]},
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]},
+    ]
     selector = deployment["spec"]["selector"]["matchLabels"]
-    assert deployment["spec"]["template"]["metadata"]["labels"].items() >= selector.items()
+    assert template_labels.items() >= selector.items()
 
-    hpa = us[("HorizontalPodAutoscaler", "m/gpu80x1")]
+    hpa = us[("HorizontalPodAutoscaler", "m/gpu80x1", "us-a")]
     assert hpa["apiVersion"] == "autoscaling/v2"
     assert hpa["spec"]["scaleTargetRef"] == {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "name": deployment["metadata"]["name"],
     }
-    # The seeds: minReplicas is the standing floor (12), maxReplicas bounded by inventory.
-    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (12, 40)
+    # The seeds' floor of 12 is 6 per zone; us-a's 20 GPUs hold 20 one-GPU replicas.
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (6, 20)
     assert hpa["spec"]["metrics"] == [
         {
             "type": "Pods",
             "pods": {
-                "metric": {"name": "llm_inflight_requests"},
+                "metric": {"name": "vllm_requests_in_flight"},
                 "target": {"type": "AverageValue", "averageValue": "3500m"},
             },
         }
@@ -171,25 +211,78 @@ def test_kubernetes_sink_writes_a_deployment_and_autoscaler_per_region_and_shape
             "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}],
         },
     }
+    budget = us[("PodDisruptionBudget", "m/gpu80x1", "us-a")]["spec"]
+    assert budget == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
+    service = us[("Service", "m", "")]["spec"]
+    assert service["selector"] == {
+        "headroom.io/region": "us",
+        "headroom.io/model": "m",
+        "app.kubernetes.io/managed-by": "headroom",
+    }
 
 
-def test_kubernetes_zone_promise_and_shape_without_an_inflight_target(root: Path) -> None:
+def test_kubernetes_zone_floors_keep_the_zone_promise_and_a_shape_without_a_target_is_pinned(
+    root: Path,
+) -> None:
     kubernetes_sink()
     emit(make_plan(4))
     eu = manifests(root / "manifests" / "eu.yaml")
-    chat = eu[("HorizontalPodAutoscaler", "m/gpu80x1")]["spec"]
-    assert (chat["minReplicas"], chat["maxReplicas"]) == (18, 114)
-    assert eu[("Deployment", "m/gpu80x1")]["spec"]["replicas"] == 27
-    batch = eu[("Deployment", "m/gpu80x2")]
-    assert batch["spec"]["replicas"] == 3
-    assert batch["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {
-        "nvidia.com/gpu": 2
+    # Un-bursted 8 replica-s/s with a zone promise: 18 standing, 6 per zone, so that losing
+    # any zone leaves 12 = ceil(8 / 0.7). eu-a also holds the batch shape's 6 GPUs.
+    bounds = {
+        zone: (
+            eu[("HorizontalPodAutoscaler", "m/gpu80x1", zone)]["spec"]["minReplicas"],
+            eu[("HorizontalPodAutoscaler", "m/gpu80x1", zone)]["spec"]["maxReplicas"],
+        )
+        for zone in ("eu-a", "eu-b", "eu-c")
     }
-    # No routed demand of the batch shape gives a residence time: no autoscaler, and why.
-    assert ("HorizontalPodAutoscaler", "m/gpu80x2") not in eu
-    assert batch["metadata"]["annotations"]["headroom.io/autoscaling"].startswith("none")
-    names = {d["metadata"]["name"] for d in eu.values()}
-    assert len(names) == 2 and all(len(n) <= 52 and n == n.lower() for n in names)
+    assert bounds == {"eu-a": (6, 34), "eu-b": (6, 40), "eu-c": (6, 40)}
+    batch = eu[("Deployment", "m/gpu80x2", "eu-a")]
+    container = batch["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert container["args"][4:6] == ["--tensor-parallel-size", "2"]
+    # No routed demand of the batch shape gives a residence time: a pinned autoscaler.
+    pinned = eu[("HorizontalPodAutoscaler", "m/gpu80x2", "eu-a")]["spec"]
+    assert (pinned["minReplicas"], pinned["maxReplicas"]) == (3, 3) and "metrics" not in pinned
+    assert batch["metadata"]["annotations"]["headroom.io/autoscaling"].startswith("pinned")
+    names = {d["metadata"]["name"] for (kind, *_), d in eu.items() if kind == "Deployment"}
+    assert len(names) == 4 and all(len(n) <= 52 and n == n.lower() for n in names)
+
+
+def test_kubernetes_sink_can_emit_keda_scaled_objects(root: Path) -> None:
+    sink = kubernetes_sink()
+    sink.autoscaler = AllocationSink.Autoscaler.KEDA
+    sink.prometheus_url = "http://prometheus.monitoring.svc:9090"
+    sink.full_clean()
+    sink.save()
+    emit(make_plan(4))
+    us = manifests(root / "manifests" / "us.yaml")
+    assert ("HorizontalPodAutoscaler", "m/gpu80x1", "us-a") not in us
+    scaled = us[("ScaledObject", "m/gpu80x1", "us-a")]
+    name = us[("Deployment", "m/gpu80x1", "us-a")]["metadata"]["name"]
+    assert scaled["apiVersion"] == "keda.sh/v1alpha1"
+    assert (scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"]) == (6, 20)
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue"
+    assert trigger["metadata"]["serverAddress"] == "http://prometheus.monitoring.svc:9090"
+    assert trigger["metadata"]["threshold"] == "3.500"
+    query = trigger["metadata"]["query"]
+    assert "vllm:num_requests_running{" in query and "vllm:num_requests_waiting{" in query
+    assert f'pod=~"{name}-[a-z0-9]+-[a-z0-9]+"' in query
+    # KEDA copies these labels onto its own HPA unless told not to; pruning would delete it.
+    excluded = scaled["metadata"]["annotations"]["scaledobject.keda.sh/hpa-excluded-labels"]
+    assert "app.kubernetes.io/managed-by" in excluded
+    keda_sink = AllocationSink(
+        kind=AllocationSink.Kind.KUBERNETES,
+        name="keda-without-prometheus",
+        directory="m",
+        namespace="ns",
+        container_image="vllm/vllm-openai:v0.11.0",
+        autoscaler=AllocationSink.Autoscaler.KEDA,
+    )
+    with pytest.raises(ValidationError) as error:
+        keda_sink.full_clean()
+    assert "prometheus_url" in error.value.message_dict
 
 
 def test_kubernetes_empty_region_file_has_no_objects_and_names_its_plan(root: Path) -> None:
@@ -206,10 +299,11 @@ def test_kubernetes_file_is_rewritten_whole_and_never_rolled_back(root: Path) ->
     path = root / "manifests" / "us.yaml"
     entry = OutboxEntry.objects.get(region="us")
     emit(make_plan(2, state=Plan.State.PROPOSED, scale=2))
-    assert manifests(path)[("Deployment", "m/gpu80x1")]["spec"]["replicas"] == 36
+    key = ("HorizontalPodAutoscaler", "m/gpu80x1", "us-a")
+    assert manifests(path)[key]["metadata"]["annotations"]["headroom.io/plan-replicas"] == "18"
     late = kubernetes.deliver(sink, Delivery(entry.idempotency_key, "us", entry.payload))
     assert "already holds plan v2" in late.detail
-    assert manifests(path)[("Deployment", "m/gpu80x1")]["spec"]["replicas"] == 36
+    assert manifests(path)[key]["metadata"]["labels"]["headroom.io/plan-version"] == "2"
 
 
 def _fake_kubectl(folder: Path, exit_code: int = 0) -> Path:
@@ -238,12 +332,22 @@ def test_kubectl_applies_with_prune_over_the_regions_labels(
     calls = sorted((bin_dir / "kubectl.log").read_text().splitlines())
     assert len(calls) == 3
     (ap,) = [c for c in calls if "delete" in c]
-    assert ap.startswith("--context eu-cluster delete deployments.apps,horizontalpodautoscalers")
+    assert ap.startswith(
+        "--context eu-cluster delete services,deployments.apps,"
+        "horizontalpodautoscalers.autoscaling,poddisruptionbudgets.policy "
+    )
     assert "--selector headroom.io/region=ap,app.kubernetes.io/managed-by=headroom" in ap
     (us,) = [c for c in calls if "us.yaml" in c]
     assert f"apply --filename {root / 'manifests' / 'us.yaml'} --prune" in us
     assert "--selector headroom.io/region=us,app.kubernetes.io/managed-by=headroom" in us
-    assert "--prune-allowlist=autoscaling/v2/HorizontalPodAutoscaler" in us
+    for kind in (
+        "core/v1/Service",
+        "apps/v1/Deployment",
+        "autoscaling/v2/HorizontalPodAutoscaler",
+        "policy/v1/PodDisruptionBudget",
+    ):
+        assert f"--prune-allowlist={kind}" in us
+    assert "ScaledObject" not in us
 
 
 def test_kubectl_failure_is_retried_and_a_missing_kubectl_fails(

@@ -23,7 +23,7 @@ from controlplane.emission.sinks import Delivery, Outcome, webhook
 from controlplane.plans.models import Plan
 from planner import signing
 from tests.controlplane.emission_support import SECRET, make_plan, webhook_sink
-from workers.webhook_receiver import WebhookReceiver
+from workers.simulators.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.django_db
 

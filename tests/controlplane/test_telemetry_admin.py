@@ -11,7 +11,8 @@ from django.test import Client
 from django.urls import reverse
 
 from controlplane.core.roles import POLICY_ADMIN, VIEWER
-from controlplane.telemetry import services
+from controlplane.plans.impact import pool_drift_alerts_price
+from controlplane.telemetry import derive
 from controlplane.telemetry.models import (
     DriftAlert,
     ObservedWorkload,
@@ -20,7 +21,13 @@ from controlplane.telemetry.models import (
     TelemetrySeries,
 )
 from tests.controlplane.conftest import make_user
-from tests.controlplane.telemetry_fakes import make_fleet, steady, store, traffic_samples
+from tests.controlplane.telemetry_fakes import (
+    make_fleet,
+    make_plannable,
+    steady,
+    store,
+    traffic_samples,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -34,13 +41,17 @@ def _setup(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.HEADROOM_TELEMETRY_BUCKET_S = W
     settings.HEADROOM_TELEMETRY_MIN_REQUESTS = 100
-    make_fleet(("northwind", "eu-west"))
+    make_plannable(make_fleet(("northwind", "eu-west")))
     TelemetryPull.objects.create(window_start=T0, window_end=T0 + timedelta(hours=2), bucket_s=W)
     for hour, prompt in ((0, 1500.0), (1, 2700.0)):
         start = T0 + timedelta(hours=hour)
         bucket = steady(requests_per_s=8, bucket_s=W, prompt_mean=prompt, output_mean=100)
         store(traffic_samples("northwind", "chat-70b", "eu-west", start, W, [bucket] * 12), W)
-        services.workload_profiles_derive(window_start=start, window_end=start + timedelta(hours=1))
+        run = derive.workload_profiles_derive(
+            window_start=start, window_end=start + timedelta(hours=1)
+        )
+        # As the pipeline does after a derivation: the pool's drift priced by re-solving.
+        pool_drift_alerts_price(derivation=run)
 
 
 def _client(role: str) -> Client:

@@ -9,16 +9,24 @@ import pytest
 
 from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.fleet.models import WorkloadClass
+from controlplane.plans.impact import pool_drift_alerts_price
 from controlplane.policies.models import Tenant, WorkloadProfile
-from controlplane.telemetry import services
+from controlplane.telemetry import derive, metrics
 from controlplane.telemetry.models import DriftAlert, TelemetryPull, TelemetrySeries
-from tests.controlplane.telemetry_fakes import Fleet, make_fleet, steady, store, traffic_samples
+from tests.controlplane.telemetry_fakes import (
+    Fleet,
+    make_fleet,
+    make_plannable,
+    steady,
+    store,
+    traffic_samples,
+)
 
 pytestmark = pytest.mark.django_db
 
 T0 = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)
 W = 300
-ENDPOINTS = ("pulls", "derivations", "observations", "profiles", "series", "alerts")
+ENDPOINTS = ("pulls", "derivations", "observations", "profiles", "series", "alerts", "pool-alerts")
 
 
 @pytest.fixture
@@ -26,7 +34,7 @@ def data(settings: Any) -> Fleet:
     """Two derivations over stored samples (the second with longer prompts: one alert)."""
     settings.HEADROOM_TELEMETRY_BUCKET_S = W
     settings.HEADROOM_TELEMETRY_MIN_REQUESTS = 100
-    fleet = make_fleet(("northwind", "eu-west"))
+    fleet = make_plannable(make_fleet(("northwind", "eu-west")))
     TelemetryPull.objects.create(
         window_start=T0, window_end=T0 + timedelta(hours=2), bucket_s=W, status="succeeded"
     )
@@ -34,7 +42,11 @@ def data(settings: Any) -> Fleet:
         start = T0 + timedelta(hours=hour)
         bucket = steady(requests_per_s=8, bucket_s=W, prompt_mean=prompt, output_mean=100)
         store(traffic_samples("northwind", "chat-70b", "eu-west", start, W, [bucket] * 12), W)
-        services.workload_profiles_derive(window_start=start, window_end=start + timedelta(hours=1))
+        run = derive.workload_profiles_derive(
+            window_start=start, window_end=start + timedelta(hours=1)
+        )
+        # As the pipeline does after a derivation: the pool's drift priced by re-solving.
+        pool_drift_alerts_price(derivation=run)
     # A declared profile, which the telemetry profile list leaves out.
     WorkloadProfile.objects.create(
         tenant=Tenant.objects.get(name="northwind"),
@@ -116,7 +128,7 @@ def test_observations_carry_what_the_profile_does_not(data: Fleet, api_client_fo
 
 
 def test_samples_of_a_series_between_two_times(data: Fleet, api_client_for: Any) -> None:
-    series = TelemetrySeries.objects.get(metric=services.REQUESTS)
+    series = TelemetrySeries.objects.get(metric=metrics.REQUESTS)
     client = api_client_for(VIEWER)
     url = f"/api/telemetry/series/{series.pk}/samples/"
     everything = client.get(url).json()

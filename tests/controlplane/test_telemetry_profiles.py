@@ -10,14 +10,17 @@ import pytest
 
 from controlplane.fleet.models import WorkloadClass
 from controlplane.pipeline import tasks
+from controlplane.plans.demand import _pool_wide
 from controlplane.policies.models import WorkloadProfile
-from controlplane.telemetry import services
+from controlplane.telemetry import derive
+from controlplane.telemetry.api import TelemetryProfileSerializer
 from controlplane.telemetry.models import (
     OBSERVED_CLASS,
     ObservedWorkload,
     ProfileDerivation,
     RunStatus,
 )
+from controlplane.telemetry.selectors import pool_profiles
 from tests.controlplane.telemetry_fakes import (
     Fleet,
     Traffic,
@@ -70,7 +73,7 @@ def test_profile_from_known_histograms_matches_the_hand_computation(fleet: Fleet
     # Request counts per 300 s bucket: rates 1, 2, 3, 4, 8 req/s.
     traffic = _known_buckets([300, 600, 900, 1200, 2400])
     store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, traffic), W)
-    run = services.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    run = derive.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
     assert run.status == RunStatus.SUCCEEDED
     assert (run.profiles_created, run.profiles_unchanged) == (1, 0)
 
@@ -83,8 +86,9 @@ def test_profile_from_known_histograms_matches_the_hand_computation(fleet: Fleet
         "chat-70b",
         fleet.eu,
     )
-    # Rates 1, 2, 3, 4, 8: p99 at position 3.96 is 4 + 0.96 × 4.
-    assert profile.peak_requests_per_s == pytest.approx(7.84)
+    # Rates 1, 2, 3, 4, 8 in 300 s buckets, wider than the 60 s peak window: the peak is the
+    # busiest bucket's rate.
+    assert profile.peak_requests_per_s == pytest.approx(8.0)
     # Summed over five buckets: 50 ≤ 500, 200 ≤ 1,000, 400 ≤ 2,000, 470 ≤ 5,000, 495 ≤ 10,000.
     # p50 rank 250 in (1000, 2000]: 1000 + 1000 × 50/200 = 1,250.
     assert profile.prompt_tokens_p50 == pytest.approx(1250.0)
@@ -126,8 +130,8 @@ def test_a_new_version_only_when_the_figures_moved(fleet: Fleet) -> None:
     week = [steady(requests_per_s=2, bucket_s=W, prompt_mean=1500, output_mean=100)] * 4
     store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, week), W)
     end = T0 + timedelta(seconds=4 * W)
-    services.workload_profiles_derive(window_start=T0, window_end=end)
-    again = services.workload_profiles_derive(window_start=T0, window_end=end)
+    derive.workload_profiles_derive(window_start=T0, window_end=end)
+    again = derive.workload_profiles_derive(window_start=T0, window_end=end)
     assert (again.profiles_created, again.profiles_unchanged) == (0, 1)
     assert WorkloadProfile.objects.count() == 1
     assert ObservedWorkload.objects.filter(derivation=again).get().profile is not None
@@ -136,7 +140,7 @@ def test_a_new_version_only_when_the_figures_moved(fleet: Fleet) -> None:
     later = T0 + timedelta(hours=1)
     grown = [steady(requests_per_s=2, bucket_s=W, prompt_mean=1500, output_mean=110)] * 4
     store(traffic_samples("northwind", "chat-70b", "eu-west", later, W, grown), W)
-    run = services.workload_profiles_derive(
+    run = derive.workload_profiles_derive(
         window_start=later, window_end=later + timedelta(seconds=4 * W)
     )
     assert run.profiles_created == 1
@@ -152,7 +156,7 @@ def test_unknown_tenants_models_and_regions_are_reported_not_fatal(fleet: Fleet)
     store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, busy), W)
     store(traffic_samples("ghost", "chat-70b", "eu-west", T0, W, busy), W)
     store(traffic_samples("contoso", "mystery-8b", "ap-south", T0, W, busy), W)
-    run = services.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    run = derive.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
     assert run.status == RunStatus.SUCCEEDED
     assert run.unknown_labels == ["model: mystery-8b", "region: ap-south", "tenant: ghost"]
     assert run.profiles_created == 1
@@ -168,7 +172,7 @@ def test_unknown_tenants_models_and_regions_are_reported_not_fatal(fleet: Fleet)
 def test_too_little_traffic_makes_no_profile(fleet: Fleet) -> None:
     quiet = [steady(requests_per_s=0.1, bucket_s=W, prompt_mean=1500, output_mean=100)] * 2
     store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, quiet), W)
-    run = services.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    run = derive.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
     assert run.status == RunStatus.SUCCEEDED and run.profiles_created == 0
     assert run.skipped == [
         {
@@ -185,7 +189,7 @@ def test_a_class_label_files_profiles_under_that_class(fleet: Fleet, settings: A
     busy = [steady(requests_per_s=2, bucket_s=W, prompt_mean=1300, output_mean=80)] * 2
     store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, busy, "policy-question"), W)
     store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, busy, "karaoke"), W)
-    run = services.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    run = derive.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
     assert WorkloadProfile.objects.get().workload_class.name == "policy-question"
     assert run.unknown_labels == ["workload class: karaoke"]
     assert not WorkloadClass.objects.filter(name=OBSERVED_CLASS).exists()
@@ -193,6 +197,114 @@ def test_a_class_label_files_profiles_under_that_class(fleet: Fleet, settings: A
 
 def test_default_window_ends_at_the_last_pull(fleet: Fleet, settings: Any) -> None:
     settings.HEADROOM_TELEMETRY_PROFILE_WINDOW_S = 1800
-    run = services.workload_profiles_derive(now=T0)
+    run = derive.workload_profiles_derive(now=T0)
     assert (run.window_start, run.window_end) == (T0 - timedelta(minutes=30), T0)
     assert ProfileDerivation.objects.get().status == RunStatus.SUCCEEDED
+
+
+def test_a_percentile_beyond_the_top_bucket_is_censored_not_the_bound(fleet: Fleet) -> None:
+    # vLLM's token buckets end at the context length: here 5,000, with 3% of prompts above.
+    clipped = {"1000.0": 40, "2000.0": 80, "5000.0": 97, "+Inf": 100}
+    traffic = [
+        Traffic(
+            requests=600,
+            prompt_buckets=clipped,
+            prompt_sum=180_000.0,
+            output_buckets=OUTPUT,
+            output_sum=11_000.0,
+        )
+    ] * 3
+    store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, traffic), W)
+    derive.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    profile = WorkloadProfile.objects.get()
+    # p95 (rank 95 of 100 per bucket) lies inside (2,000, 5,000]; p99 lies above 5,000: it is
+    # at least 5,000, and the profile says so.
+    assert profile.prompt_tokens_p95 == pytest.approx(2000 + 3000 * 15 / 17)
+    assert profile.prompt_tokens_p99 == pytest.approx(5000.0)
+    assert profile.censored == ["prompt_tokens_p99"]
+    observed = ObservedWorkload.objects.get()
+    assert observed.censored == ["prompt_tokens_p99"]
+    shown = TelemetryProfileSerializer(profile).data
+    assert shown["censored"] == ["prompt_tokens_p99"]
+    assert shown["lower_bounds"] == {"prompt_tokens_p99": "≥ 5,000"}
+
+
+def test_absent_prefix_cache_counters_leave_the_hit_rate_unknown_and_raise_no_drift(
+    fleet: Fleet,
+) -> None:
+    # First a day with the counters (35% hits), then an engine without them (vLLM V0).
+    hour = timedelta(hours=1)
+    with_cache = [
+        steady(requests_per_s=2, bucket_s=W, prompt_mean=1500, output_mean=110, hit_rate=0.35)
+    ] * 12
+    store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, with_cache), W)
+    derive.workload_profiles_derive(window_start=T0, window_end=T0 + hour)
+    samples = traffic_samples("northwind", "chat-70b", "eu-west", T0 + hour, W, with_cache)
+    without = {k: v for k, v in samples.items() if "prefix_cache" not in k.metric}
+    store(without, W)
+    run = derive.workload_profiles_derive(window_start=T0 + hour, window_end=T0 + 2 * hour)
+    assert run.alerts_raised == 0
+    observed = ObservedWorkload.objects.get(derivation=run)
+    assert observed.prefix_cache_hit_rate is None
+    # The new version carries the measured hit rate, not 0, and says it is not measured now.
+    first, second = WorkloadProfile.objects.order_by("version")
+    assert first.unmeasured == [] and second.unmeasured == ["prefix_cache_hit_rate"]
+    assert second.prefix_cache_hit_rate == pytest.approx(0.35) == first.prefix_cache_hit_rate
+
+
+def _declared(fleet: Fleet, tenant: str, rate: float) -> WorkloadProfile:
+    chat, _ = WorkloadClass.objects.get_or_create(name="chat")
+    return WorkloadProfile.objects.create(
+        tenant=fleet.tenants[tenant],
+        model=fleet.model,
+        workload_class=chat,
+        peak_requests_per_s=rate,
+        prompt_tokens_p50=1000,
+        prompt_tokens_mean=1200,
+        prompt_tokens_p95=3000,
+        prompt_tokens_p99=5000,
+        output_tokens_p50=100,
+        output_tokens_mean=120,
+        output_tokens_p95=300,
+        output_tokens_p99=500,
+    )
+
+
+def test_a_pool_whose_tenants_cannot_be_told_apart_is_one_demand(settings: Any) -> None:
+    settings.HEADROOM_TELEMETRY_BUCKET_S = W
+    settings.HEADROOM_TELEMETRY_MIN_REQUESTS = 100
+    fleet = make_fleet(("northwind", "eu-west"), ("fabrikam", "eu-west"), ("contoso", "us-east"))
+    for name in ("northwind", "fabrikam", "contoso"):
+        _declared(fleet, name, 1.0)
+    # Real vLLM: the pool's series carry no tenant.
+    store(traffic_samples("", "chat-70b", "eu-west", T0, W, _known_buckets([600] * 5)), W)
+    run = derive.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert run.status == RunStatus.SUCCEEDED and run.unknown_labels == []
+    profile = WorkloadProfile.objects.get(source=WorkloadProfile.Source.TELEMETRY)
+    assert profile.tenant.name == "fabrikam"
+    assert profile.pool_tenants == ["fabrikam", "northwind"]
+    assert profile.peak_requests_per_s == pytest.approx(2.0)
+    # The pool is sized from that one demand: northwind's declared profile is in it already.
+    assert pool_profiles(model=fleet.model, region=fleet.eu) == [profile]
+    demands = [
+        {"tenant": t, "model": "chat-70b", "home_region": r}
+        for t, r in (("fabrikam", "eu-west"), ("northwind", "eu-west"), ("contoso", "us-east"))
+    ]
+    kept, notes = _pool_wide(demands)
+    assert [d["tenant"] for d in kept] == ["fabrikam", "contoso"]
+    assert notes == [
+        "pool chat-70b in eu-west: telemetry cannot tell tenants fabrikam, northwind apart; "
+        "planned as one demand (fabrikam/chat-70b/observed@eu-west)"
+    ]
+
+
+def test_a_pool_with_no_tenant_anywhere_is_skipped_with_the_reason(fleet: Fleet) -> None:
+    store(traffic_samples("", "chat-70b", "eu-west", T0, W, _known_buckets([600] * 5)), W)
+    run = derive.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert run.skipped == [
+        {
+            "series": "/chat-70b/eu-west/observed",
+            "reason": "no tenant label and no tenant has a profile in this pool",
+        }
+    ]
+    assert ObservedWorkload.objects.get().tenant == ""

@@ -12,13 +12,29 @@ import pytest
 from celery.exceptions import Retry
 
 from controlplane.pipeline import tasks
-from controlplane.telemetry import services
-from controlplane.telemetry.models import RunStatus, TelemetryPull, TelemetrySample, TelemetrySeries
+from controlplane.telemetry.derive import derivation_follows_pull
+from controlplane.telemetry.metrics import (
+    E2E_HIST,
+    KV_USAGE,
+    METRICS,
+    PREFIX_HITS,
+    PREFIX_QUERIES,
+    REQUESTS,
+)
+from controlplane.telemetry.models import (
+    PULL_PARTIAL,
+    RunStatus,
+    TelemetryPull,
+    TelemetrySample,
+    TelemetrySeries,
+)
 from controlplane.telemetry.prometheus import (
     PrometheusBadResponse,
     PrometheusQueryError,
+    PrometheusTooManySamples,
     PrometheusUnavailable,
 )
+from controlplane.telemetry.pull import telemetry_pull
 from tests.controlplane.telemetry_fakes import FakePrometheus, fake_prometheus, make_fleet
 from workers.celery import app
 
@@ -34,7 +50,7 @@ PROMPT_LE = ("500.0", "1000.0", "2000.0", "5000.0", "+Inf")
 def _register(fake: FakePrometheus, labels: dict[str, str]) -> int:
     """Every pulled metric for one label set; returns the number of series registered."""
     count = 0
-    for family in services.METRICS:
+    for family in METRICS:
         if family.kind == "histogram":
             for i, le in enumerate(PROMPT_LE):
                 fake.add(
@@ -66,7 +82,7 @@ def prom(settings: Any) -> Iterator[FakePrometheus]:
 
 def test_pull_asks_one_range_query_per_series_name_on_the_bucket_grid(prom: FakePrometheus) -> None:
     series = _register(prom, LABELS)
-    pull = services.telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+    pull = telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
     assert pull.status == RunStatus.SUCCEEDED
     assert pull.queries == len(prom.queries) == 4 * 3 + 9
     queries = {q["query"] for q in prom.queries}
@@ -98,8 +114,8 @@ def test_pull_asks_one_range_query_per_series_name_on_the_bucket_grid(prom: Fake
 def test_the_same_window_twice_stores_nothing_the_second_time(prom: FakePrometheus) -> None:
     series = _register(prom, LABELS)
     end = T0 + timedelta(hours=1)
-    services.telemetry_pull(window_start=T0, window_end=end)
-    again = services.telemetry_pull(window_start=T0, window_end=end)
+    telemetry_pull(window_start=T0, window_end=end)
+    again = telemetry_pull(window_start=T0, window_end=end)
     assert again.status == RunStatus.SUCCEEDED
     assert again.samples_fetched == series * 12
     assert again.samples_stored == 0
@@ -109,8 +125,8 @@ def test_the_same_window_twice_stores_nothing_the_second_time(prom: FakePromethe
 
 def test_an_overlapping_window_stores_only_the_new_buckets(prom: FakePrometheus) -> None:
     series = _register(prom, LABELS)
-    services.telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
-    later = services.telemetry_pull(
+    telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+    later = telemetry_pull(
         window_start=T0 + timedelta(minutes=30), window_end=T0 + timedelta(minutes=90)
     )
     assert later.samples_fetched == series * 12
@@ -124,13 +140,13 @@ def test_default_window_ends_a_lag_ago_and_continues_from_the_last_success(
     prom: FakePrometheus,
 ) -> None:
     _register(prom, LABELS)
-    first = services.telemetry_pull(now=T0 + timedelta(minutes=7))
+    first = telemetry_pull(now=T0 + timedelta(minutes=7))
     # 12:07 − 60 s lag = 12:06, on the grid 12:05; the first pull looks back an hour.
     assert (first.window_start, first.window_end) == (
         T0 + timedelta(minutes=5) - timedelta(hours=1),
         T0 + timedelta(minutes=5),
     )
-    second = services.telemetry_pull(now=T0 + timedelta(minutes=17))
+    second = telemetry_pull(now=T0 + timedelta(minutes=17))
     assert (second.window_start, second.window_end) == (
         T0 + timedelta(minutes=5),
         T0 + timedelta(minutes=15),
@@ -142,14 +158,18 @@ def test_unknown_label_values_and_unlabelled_series_are_reported_not_fatal(
     prom: FakePrometheus,
 ) -> None:
     series = _register(prom, LABELS)
-    prom.add(services.REQUESTS, {**LABELS, "tenant": "ghost-tenant"}, lambda t: 5.0)
-    prom.add(services.REQUESTS, {"model_name": "chat-70b", "region": "eu-west"}, lambda t: 5.0)
-    pull = services.telemetry_pull(window_start=T0, window_end=T0 + timedelta(minutes=10))
+    prom.add(REQUESTS, {**LABELS, "tenant": "ghost-tenant"}, lambda t: 5.0)
+    # No tenant label: the pool's series (real vLLM's), stored with an empty tenant.
+    prom.add(REQUESTS, {"model_name": "chat-70b", "region": "eu-west"}, lambda t: 5.0)
+    # No region label: nothing to file it under.
+    prom.add(REQUESTS, {"tenant": "acme", "model_name": "chat-70b"}, lambda t: 5.0)
+    pull = telemetry_pull(window_start=T0, window_end=T0 + timedelta(minutes=10))
     assert pull.status == RunStatus.SUCCEEDED
     assert pull.unknown_labels == ["tenant: ghost-tenant"]
     assert pull.skipped_series == 1
-    assert pull.samples_stored == (series + 1) * 2
+    assert pull.samples_stored == (series + 2) * 2
     assert TelemetrySeries.objects.filter(tenant="ghost-tenant").exists()
+    assert TelemetrySeries.objects.filter(tenant="", metric=REQUESTS).exists()
 
 
 @pytest.mark.parametrize(
@@ -165,7 +185,7 @@ def test_garbage_is_reported_and_nothing_is_stored(
     _register(prom, LABELS)
     prom.always = answer
     with pytest.raises(PrometheusBadResponse):
-        services.telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+        telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
     pull = TelemetryPull.objects.get()
     assert pull.status == RunStatus.FAILED
     assert pull.error.startswith("PrometheusBadResponse:")
@@ -179,10 +199,10 @@ def test_garbage_in_a_late_query_leaves_nothing_from_the_earlier_ones(
 ) -> None:
     _register(prom, LABELS)
     # The last metric asked for answers a negative increase: every earlier query succeeded.
-    prom.series[services.E2E_HIST + "_count"] = []
-    prom.add(services.E2E_HIST + "_count", LABELS, lambda t: -3.0)
+    prom.series[E2E_HIST + "_count"] = []
+    prom.add(E2E_HIST + "_count", LABELS, lambda t: -3.0)
     with pytest.raises(PrometheusBadResponse, match="not a finite non-negative"):
-        services.telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+        telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
     assert len(prom.queries) == 21
     assert not TelemetrySample.objects.exists()
     assert TelemetryPull.objects.get().status == RunStatus.FAILED
@@ -198,7 +218,7 @@ def test_points_off_the_bucket_grid_are_garbage(prom: FakePrometheus) -> None:
     }
     prom.always = (200, json.dumps(body).encode())
     with pytest.raises(PrometheusBadResponse, match="off the 300 s grid"):
-        services.telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+        telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
     assert not TelemetrySample.objects.exists()
 
 
@@ -258,7 +278,7 @@ def test_a_slow_prometheus_times_out_and_is_reported(prom: FakePrometheus, setti
     settings.HEADROOM_PROMETHEUS_TIMEOUT_S = 0.2
     prom.delay_s = 0.6
     with pytest.raises(PrometheusUnavailable):
-        services.telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+        telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
     pull = TelemetryPull.objects.get()
     assert pull.status == RunStatus.FAILED and "did not answer" in pull.error
     assert not TelemetrySample.objects.exists()
@@ -275,11 +295,11 @@ def test_a_refused_query_is_reported_once_and_not_retried(prom: FakePrometheus) 
 def test_label_names_come_from_settings(prom: FakePrometheus, settings: Any) -> None:
     settings.HEADROOM_TELEMETRY_LABELS = "tenant=customer,model=model,region=site,class=kind"
     prom.add(
-        services.REQUESTS,
+        REQUESTS,
         {"customer": "northwind", "model": "chat-70b", "site": "eu-west", "kind": "chat"},
         lambda t: 7.0,
     )
-    pull = services.telemetry_pull(window_start=T0, window_end=T0 + timedelta(minutes=5))
+    pull = telemetry_pull(window_start=T0, window_end=T0 + timedelta(minutes=5))
     assert "sum by (customer, model, site, kind) (increase(vllm:request_success_total[300s]))" in {
         q["query"] for q in prom.queries
     }
@@ -289,5 +309,96 @@ def test_label_names_come_from_settings(prom: FakePrometheus, settings: Any) -> 
 
 
 def test_an_empty_window_is_a_successful_pull_of_nothing(prom: FakePrometheus) -> None:
-    pull = services.telemetry_pull(window_start=T0, window_end=T0)
+    pull = telemetry_pull(window_start=T0, window_end=T0)
     assert pull.status == RunStatus.SUCCEEDED and pull.queries == 0 and pull.samples_stored == 0
+
+
+def test_a_pull_answered_with_warnings_is_partial_and_the_next_pull_completes_its_window(
+    prom: FakePrometheus,
+) -> None:
+    # A federated store is down: Prometheus answers with what it has (a third of the
+    # requests) and says so in warnings.
+    complete = {"value": False}
+    prom.add(REQUESTS, LABELS, lambda t: 2400.0 if complete["value"] else 800.0)
+    prom.warnings = ["remote store eu-west-2 unavailable"]
+    first = telemetry_pull(now=T0 + timedelta(minutes=7))
+    assert first.status == PULL_PARTIAL
+    assert "eu-west-2 unavailable" in first.error
+    assert not derivation_follows_pull(pull=first)
+    assert set(TelemetrySample.objects.values_list("value", flat=True)) == {800.0}
+
+    # The store is back. The next scheduled pull starts at the partial window again and
+    # overwrites what the partial answer stored; its own new buckets are stored too.
+    prom.warnings = []
+    complete["value"] = True
+    second = telemetry_pull(now=T0 + timedelta(minutes=17))
+    assert second.status == RunStatus.SUCCEEDED
+    assert second.window_start == first.window_start
+    assert second.window_end == T0 + timedelta(minutes=15)
+    assert set(TelemetrySample.objects.values_list("value", flat=True)) == {2400.0}
+    assert TelemetrySample.objects.count() == 14  # 12 buckets of the first window + 2 new
+    assert second.samples_stored == 14  # 12 overwritten, 2 inserted
+    assert derivation_follows_pull(pull=second)
+
+    # Completed: the pull after continues from the last success, and stores nothing twice.
+    third = telemetry_pull(now=T0 + timedelta(minutes=17))
+    assert third.window_start == second.window_end
+    assert third.samples_stored == 0
+
+
+def test_too_many_samples_splits_the_range_and_stores_the_same(prom: FakePrometheus) -> None:
+    _register(prom, LABELS)
+    whole = telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+    asked = len(prom.queries)
+    TelemetrySample.objects.all().delete()
+    prom.queries.clear()
+    prom.max_points = 5  # 12 buckets per query: split into 6 + 6, then 3 + 3 + 3 + 3
+    split = telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert split.status == RunStatus.SUCCEEDED
+    assert split.samples_stored == whole.samples_stored
+    refused = [q for q in prom.queries if (float(q["end"]) - float(q["start"])) / W + 1 > 5]
+    assert len(refused) == 3 * asked  # 12 and twice 6 steps, per query
+    assert len(prom.queries) == 7 * asked
+
+
+def test_a_query_still_too_large_at_one_step_fails_the_pull(prom: FakePrometheus) -> None:
+    _register(prom, LABELS)
+    prom.max_points = 0
+    with pytest.raises(PrometheusTooManySamples):
+        telemetry_pull(window_start=T0, window_end=T0 + timedelta(minutes=10))
+    assert TelemetryPull.objects.get().status == RunStatus.FAILED
+    assert not TelemetrySample.objects.exists()
+
+
+def test_early_v1_prefix_cache_names_are_a_fallback(prom: FakePrometheus) -> None:
+    pool = {"model_name": "chat-70b", "region": "eu-west", "engine": "0"}
+    prom.add("vllm:gpu_prefix_cache_queries_total", pool, lambda t: 1000.0)
+    prom.add("vllm:gpu_prefix_cache_hits_total", pool, lambda t: 250.0)
+    telemetry_pull(window_start=T0, window_end=T0 + timedelta(minutes=10))
+    stored = dict(TelemetrySeries.objects.values_list("metric", "tenant"))
+    assert stored == {PREFIX_QUERIES: "", PREFIX_HITS: ""}
+    asked = [q["query"] for q in prom.queries]
+    assert any("vllm:gpu_prefix_cache_hits_total" in q for q in asked)
+
+
+@pytest.mark.parametrize(
+    ("engine", "kv_name", "requests_name", "absent"),
+    [
+        # V0 has no prefix-cache counters, SGLang no preemption counter: neither is asked for.
+        ("vllm-v0", "vllm:gpu_cache_usage_perc", "vllm:request_success_total", "prefix_cache"),
+        ("sglang", "sglang:token_usage", "sglang:num_requests_total", "preempt"),
+    ],
+)
+def test_each_engine_is_read_under_its_own_names(
+    prom: FakePrometheus, settings: Any, engine: str, kv_name: str, requests_name: str, absent: str
+) -> None:
+    settings.HEADROOM_TELEMETRY_ENGINE = engine
+    pool = {"model_name": "chat-70b", "region": "eu-west"}
+    prom.add(kv_name, pool, lambda t: 0.5)
+    prom.add(requests_name, pool, lambda t: 300.0)
+    telemetry_pull(window_start=T0, window_end=T0 + timedelta(minutes=10))
+    stored = set(TelemetrySeries.objects.values_list("metric", flat=True))
+    assert stored == {KV_USAGE, REQUESTS}
+    asked = {q["query"].split("(")[-1].split("[")[0] for q in prom.queries}
+    assert kv_name in asked and requests_name in asked
+    assert not any(absent in q for q in asked)

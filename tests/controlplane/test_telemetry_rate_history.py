@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,15 +15,22 @@ from django.utils import timezone
 
 from controlplane.plans.demand import forecast_anchor
 from controlplane.plans.models import ReplanRun
-from controlplane.telemetry import services
+from controlplane.telemetry import metrics
 from controlplane.telemetry.selectors import request_rate_history
-from controlplane.telemetry.services import SeriesKey
+from controlplane.telemetry.storage import SeriesKey
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan
 from tests.controlplane.telemetry_fakes import make_fleet, store
 
 pytestmark = pytest.mark.django_db
 
 BUCKET_S = 300
+
+
+@pytest.fixture(autouse=True)
+def _five_minute_buckets(settings: Any) -> None:
+    settings.HEADROOM_TELEMETRY_BUCKET_S = BUCKET_S
+
+
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)  # a Monday, on the hour
 
 
@@ -32,7 +40,7 @@ def _requests(
     *,
     region: str = "eu-west",
     workload_class: str = "",
-    metric: str = services.REQUESTS,
+    metric: str = metrics.REQUESTS,
     bucket_s: int = BUCKET_S,
 ) -> None:
     key = SeriesKey(tenant, "chat-70b", region, workload_class, metric, "")
@@ -88,7 +96,7 @@ def test_unknown_names_other_metrics_and_other_bucket_widths_are_left_out() -> N
     _requests("acme", _buckets(T0, 12, 300.0))
     _requests("ghost-co", _buckets(T0, 12, 300.0))  # no such tenant
     _requests("acme", _buckets(T0, 12, 300.0), region="ap-south")  # no such region
-    _requests("acme", _buckets(T0, 12, 9e5), metric=services.PROMPT_TOKENS)
+    _requests("acme", _buckets(T0, 12, 9e5), metric=metrics.PROMPT_TOKENS)
     _requests("acme", {T0: 60.0}, bucket_s=60)  # another width: not this configuration's
 
     history = request_rate_history(start=T0, end=T0 + timedelta(hours=1))
@@ -119,7 +127,7 @@ def test_two_weeks_of_samples_make_a_replan_size_the_demand_from_the_forecast() 
         at = first + timedelta(seconds=i * BUCKET_S)
         wave = 1.0 + 0.45 * math.sin(2 * math.pi * (at.hour + at.minute / 60) / 24)
         samples[at] = round(2.0 * wave * BUCKET_S * rng.lognormal(0.0, 0.1))
-    key = SeriesKey("keystone-mutual", "chat-70b", "us-east", "", services.REQUESTS, "")
+    key = SeriesKey("keystone-mutual", "chat-70b", "us-east", "", metrics.REQUESTS, "")
     store({key: samples}, BUCKET_S)
 
     run = run_replan()

@@ -67,7 +67,7 @@ def test_defaults(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
     conf = telemetry_settings()
     assert conf.prometheus_url == "http://127.0.0.1:9090"
-    assert conf.bucket_s == 300
+    assert conf.bucket_s == 60 and conf.peak_s == 60 and conf.engine == "vllm-v1"
     assert conf.labels == LabelConfig("tenant", "model_name", "region", None)
     assert conf.drift.prompt_mean_rel == 0.25 and conf.drift.token_share_abs == 0.10
 

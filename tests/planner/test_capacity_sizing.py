@@ -16,6 +16,7 @@ from planner.capacity.sizing import (
     replicas_for_promise,
     replicas_needed,
     tool_stage_capacity,
+    zone_floors,
 )
 from planner.errors import PlannerInputError
 
@@ -181,3 +182,31 @@ def test_sizing_is_monotone_in_promise(
     )
     assert none <= n_plus_1 <= zone
     assert zone % zones == 0
+
+
+def test_zone_floors_keep_the_seeds_zone_promise_evenly() -> None:
+    # 18 standing over 3 zones of 9; losing any zone must leave ceil(8 / 0.7) = 12: 6 each.
+    assert zone_floors(total=18, survivors=12, zone_replicas={"a": 9, "b": 9, "c": 9}) == {
+        "a": 6,
+        "b": 6,
+        "c": 6,
+    }
+    # No zone promise: the region's floor is split, still evenly.
+    assert zone_floors(total=12, survivors=0, zone_replicas={"a": 9, "b": 9}) == {"a": 6, "b": 6}
+
+
+def test_zone_floors_respect_an_uneven_plan_and_still_survive_a_zone_loss() -> None:
+    plan = {"a": 1, "b": 5, "c": 5}
+    floors = zone_floors(total=5, survivors=4, zone_replicas=plan)
+    assert all(floors[z] <= plan[z] for z in plan)
+    assert sum(floors.values()) >= 5
+    assert all(sum(floors.values()) - n >= 4 for n in floors.values())
+    # Beyond what the plan holds, the plan itself is the floor.
+    assert zone_floors(total=50, survivors=0, zone_replicas=plan) == plan
+
+
+def test_zone_floors_refuse_negative_counts() -> None:
+    with pytest.raises(PlannerInputError):
+        zone_floors(total=-1, survivors=0, zone_replicas={"a": 1})
+    with pytest.raises(PlannerInputError):
+        zone_floors(total=1, survivors=0, zone_replicas={"a": -1})

@@ -12,7 +12,8 @@ import pytest
 
 from planner.errors import PlannerInputError
 from planner.placement import parse_problem
-from planner.placement.verify import read_spec_problem, verify
+from planner.placement.generator import generate_problem
+from planner.placement.verify import cost_per_request, read_spec_problem, verify
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "placement"
 SHAPE = "m/gpu80x1"
@@ -418,3 +419,109 @@ def test_reader_and_solver_parser_name_the_same_field(path: tuple[Any, ...], val
     with pytest.raises(PlannerInputError) as theirs:
         parse_problem(problem)
     assert ours.value.argument == theirs.value.argument
+
+
+def _same_reading(problem: dict[str, Any]) -> None:
+    """The reader and the solver's parser read ``problem`` to the same values."""
+    ours, theirs = read_spec_problem(problem), parse_problem(problem)
+    assert list(ours.regions) == [r.name for r in theirs.regions]
+    for region in theirs.regions:
+        assert ours.regions[region.name].zones == region.zones
+        assert ours.regions[region.name].price_multiplier == region.price_multiplier
+    assert ours.inventory == {(r.zone, r.accelerator): r.gpus for r in theirs.inventory}
+    for shape in theirs.shapes:
+        mine = ours.shapes[shape.name]
+        assert (mine.model, mine.accelerator, mine.gpus) == (
+            shape.model,
+            shape.accelerator,
+            shape.gpus,
+        )
+        assert (mine.prefill_tokens_per_s, mine.decode_tokens_per_s) == (
+            shape.prefill_tokens_per_s,
+            shape.decode_tokens_per_s,
+        )
+        assert mine.max_concurrency == shape.max_concurrency
+        assert mine.target_utilization == shape.target_utilization
+    assert list(ours.demands) == [d.id for d in theirs.demands]
+    for demand in theirs.demands:
+        mine_d = ours.demands[demand.id]
+        for field in (
+            "tenant",
+            "model",
+            "home_region",
+            "allowed_regions",
+            "requests_per_s",
+            "burst",
+            "prompt_tokens",
+            "output_tokens",
+            "prefix_cache_hit_rate",
+            "residence_s",
+            "max_spill_rtt_ms",
+            "promise",
+            "priority",
+        ):
+            assert getattr(mine_d, field) == getattr(demand, field), (demand.id, field)
+        for shape in (s for s in theirs.shapes if s.model == demand.model):
+            assert cost_per_request(mine_d, ours.shapes[shape.name]) == pytest.approx(
+                theirs.request_cost_s(demand, shape), rel=1e-12
+            )
+    for first in theirs.regions:
+        for second in theirs.regions:
+            assert ours.rtt_ms(first.name, second.name) == theirs.rtt(first.name, second.name)
+
+
+def test_reader_reads_fractional_token_means_as_the_solver_does() -> None:
+    # Telemetry means are never whole: 2855.29 prompt tokens is a valid demand (issue: the
+    # emitted autoscalers were dropped because this reader demanded whole numbers).
+    problem = load("sizing-zonal")
+    problem["demands"][0].update(prompt_tokens=2855.29, output_tokens=187.6)
+    problem["shapes"][0]["max_concurrency"] = 31.5
+    _same_reading(problem)
+    assert read_spec_problem(problem).demands["assistant"].prompt_tokens == 2855.29
+
+
+def test_reader_accepts_every_optional_form_the_solver_accepts() -> None:
+    problem = load("fragmentation")
+    problem["regions"].append({"name": "empty", "zones": []})
+    problem["rtt_ms"] = [
+        {"from": "eu", "to": "us", "ms": 80.0},
+        {"from": "us", "to": "eu", "ms": 80.0},  # the same pair again, agreeing
+        {"from": "eu", "to": "eu", "ms": 0},
+    ]
+    for demand in problem["demands"]:
+        demand.pop("tenant", None)
+        demand["allowed_regions"] = ["eu", "us", "eu"]
+    _same_reading(problem)
+    no_demands = load("sizing-base")
+    del no_demands["demands"]
+    _same_reading(no_demands)
+
+
+def test_reader_reads_the_generated_fleet_with_telemetry_means_as_the_solver_does() -> None:
+    problem = generate_problem(
+        tenants=40, regions=4, zones_per_region=3, gpu_types=3, models=3, seed=11
+    )
+    for i, demand in enumerate(problem["demands"]):
+        demand["prompt_tokens"] = demand["prompt_tokens"] + 0.29 + i / 1000
+        demand["output_tokens"] = demand["output_tokens"] + 0.61
+    _same_reading(problem)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("rtt_ms",), [{"from": "r1", "to": "r1", "ms": 5}]),
+        (("demands", 0, "output_tokens"), -0.5),
+        (("demands", 0, "prompt_tokens"), float("nan")),
+    ],
+)
+def test_reader_still_refuses_what_the_solver_refuses(path: tuple[Any, ...], value: Any) -> None:
+    problem = load("sizing-base")
+    target: Any = problem
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(PlannerInputError):
+        read_spec_problem(problem)
+    with pytest.raises(PlannerInputError):
+        parse_problem(problem)

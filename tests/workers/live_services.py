@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,16 +86,34 @@ def start_fleetsim(
 ) -> subprocess.Popen[bytes]:
     """The fleet simulator serving ``/metrics`` for ``scenario`` on ``port``."""
     return subprocess.Popen(
-        [sys.executable, "-m", "workers.fleetsim", "--port", str(port), "--seed", str(seed),
+        [sys.executable, "-m", "workers.simulators.fleet", "--port", str(port), "--seed", str(seed),
          "--scenario", str(scenario), "--rate-scale", str(rate_scale)],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
 
 
-def start_prometheus(*, port: int, target_port: int, workdir: Path) -> subprocess.Popen[bytes]:
-    """Prometheus on ``port`` scraping 127.0.0.1:``target_port`` every second, with its
-    configuration and data in ``workdir``."""
+def start_prometheus(
+    *,
+    port: int,
+    target_port: int | None = None,
+    workdir: Path,
+    targets: Sequence[tuple[int, Mapping[str, str]]] = (),
+) -> subprocess.Popen[bytes]:
+    """Prometheus on ``port`` scraping 127.0.0.1:``target_port`` every second (and each of
+    ``targets``: a port with the target labels Prometheus adds to its series, as a scrape
+    config's ``static_configs`` labels do), with its configuration and data in ``workdir``."""
     assert PROMETHEUS is not None, "no prometheus binary on PATH"
+    groups = [(target_port, {})] if target_port is not None else []
+    groups += [(p, dict(labels)) for p, labels in targets]
+    static = "".join(
+        f"      - targets: ['127.0.0.1:{p}']\n"
+        + (
+            "        labels: {" + ", ".join(f"{k}: '{v}'" for k, v in labels.items()) + "}\n"
+            if labels
+            else ""
+        )
+        for p, labels in groups
+    )
     config = workdir / "prometheus.yml"
     config.write_text(
         "global:\n"
@@ -104,8 +123,7 @@ def start_prometheus(*, port: int, target_port: int, workdir: Path) -> subproces
         "  - job_name: fleetsim\n"
         "    scrape_interval: 1s\n"
         "    scrape_timeout: 900ms\n"
-        "    static_configs:\n"
-        f"      - targets: ['127.0.0.1:{target_port}']\n"
+        "    static_configs:\n" + static
     )
     return subprocess.Popen(
         [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'prometheus'}",

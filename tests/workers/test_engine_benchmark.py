@@ -22,6 +22,7 @@ from workers.benchmarks.engine import (
     Roofline,
     Workload,
 )
+from workers.benchmarks.engine.cli import main as engine_main
 
 TINY = engine.PRESETS["tiny"]
 CPU = [torch.device("cpu")]
@@ -164,8 +165,8 @@ def test_saturation_is_the_first_doubling_that_gains_under_the_threshold() -> No
 
 
 def test_fractions_above_one_are_reported_as_one_and_flagged() -> None:
-    assert engine._fraction(5.0, 10.0) == (0.5, False)
-    assert engine._fraction(12.0, 10.0) == (1.0, True)
+    assert engine.roofline_fraction(5.0, 10.0) == (0.5, False)
+    assert engine.roofline_fraction(12.0, 10.0) == (1.0, True)
 
 
 @pytest.mark.parametrize(
@@ -193,7 +194,7 @@ def test_a_cuda_graph_replays_the_eager_decode() -> None:
     with torch.inference_mode():
         ends = []
         for use_graph in (False, True):
-            run, reset, held = engine._decode_runner(model, 4, 16, 6, [device], use_graph)
+            run, reset, held = engine.decode_runner(model, 4, 16, 6, [device], use_graph)
             reset()
             run()
             torch.cuda.synchronize()
@@ -229,7 +230,7 @@ def test_the_command_line_writes_the_result(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "tiny.json"
-    code = engine.main(
+    code = engine_main(
         [
             "--preset",
             "tiny",

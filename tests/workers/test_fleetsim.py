@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from workers.fleetsim import FleetSimulator, support_assistant_fleet
-from workers.fleetsim.exposition import LabelNames, render
-from workers.fleetsim.server import make_server
+from workers.simulators.fleet import FleetSimulator, support_assistant_fleet
+from workers.simulators.fleet.exposition import LabelNames, render
+from workers.simulators.fleet.server import make_server
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
 

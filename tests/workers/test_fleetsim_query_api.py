@@ -19,15 +19,27 @@ import numpy as np
 import pytest
 
 from controlplane.scenarios.services import scenario_load
-from controlplane.telemetry import selectors, services
+from controlplane.telemetry import selectors
 from controlplane.telemetry.conf import LabelConfig
+from controlplane.telemetry.metrics import (
+    E2E_HIST,
+    PREFIX_HITS,
+    PREFIX_QUERIES,
+    PROMPT_HIST,
+    PROMPT_TOKENS,
+    REQUESTS,
+    RUNNING,
+    TTFT_HIST,
+    pull_queries,
+)
 from controlplane.telemetry.models import TelemetrySeries
 from controlplane.telemetry.prometheus import PrometheusClient, PrometheusQueryError
-from workers.fleetsim import FleetSimulator, fleet_from_scenario, scaled_fleet
-from workers.fleetsim.__main__ import main
-from workers.fleetsim.history import FleetHistory, TrafficPattern
-from workers.fleetsim.query_api import QueryApi
-from workers.fleetsim.server import make_server, serving
+from controlplane.telemetry.pull import telemetry_pull
+from workers.simulators.fleet import FleetSimulator, fleet_from_scenario, scaled_fleet
+from workers.simulators.fleet.__main__ import main
+from workers.simulators.fleet.history import FleetHistory, TrafficPattern
+from workers.simulators.fleet.query_api import QueryApi
+from workers.simulators.fleet.server import make_server, serving
 
 SCENARIO = Path(__file__).resolve().parents[2] / "docs" / "scenarios" / "support-assistant.yaml"
 BUCKET_S = 300
@@ -65,7 +77,7 @@ def _get(url: str, **params: str) -> tuple[int, dict[str, Any]]:
 
 
 def _pull(url: str, start: float, end: float) -> None:
-    pull = services.telemetry_pull(
+    pull = telemetry_pull(
         window_start=datetime.fromtimestamp(start, UTC),
         window_end=datetime.fromtimestamp(end, UTC),
         client=PrometheusClient(url, retries=0),
@@ -86,41 +98,36 @@ def _totals(start: float, end: float) -> dict[tuple[str, str, str, str], float]:
 
 @pytest.mark.django_db
 def test_the_pull_stores_the_specs_rates_and_prompt_means_and_the_prompt_growth(
-    flat_fleet: tuple[str, FleetHistory],
+    flat_fleet: tuple[str, FleetHistory], settings: Any
 ) -> None:
+    settings.HEADROOM_TELEMETRY_BUCKET_S = BUCKET_S
     url, history = flat_fleet
     scenario_load(path=SCENARIO)
     before, after = (DRIFT - 3 * 3600, DRIFT), (DRIFT, NOW)
     _pull(url, before[0], NOW)
 
     series = {(s.tenant, s.region): s for s in history.spec.streams}
-    assert TelemetrySeries.objects.filter(metric=services.REQUESTS).count() == len(series) == 7
+    assert TelemetrySeries.objects.filter(metric=REQUESTS).count() == len(series) == 7
     for lo, hi, extra in (*before, 0.0), (*after, 1200.0):
         totals = _totals(lo, hi)
         for (tenant, region), stream in series.items():
-            requests = totals[(tenant, region, services.REQUESTS, "")]
+            requests = totals[(tenant, region, REQUESTS, "")]
             # Poisson: thousands of requests per stream, within 4 standard deviations.
             expected = stream.requests_per_s * (hi - lo)
             assert abs(requests - expected) < 4 * math.sqrt(expected) + 1, (tenant, region)
-            count = totals[(tenant, region, services.PROMPT_HIST + "_count", "")]
-            assert (
-                count
-                == requests
-                == totals[(tenant, region, services.PROMPT_HIST + "_bucket", "+Inf")]
-            )
-            prompt_mean = totals[(tenant, region, services.PROMPT_HIST + "_sum", "")] / count
+            count = totals[(tenant, region, PROMPT_HIST + "_count", "")]
+            assert count == requests == totals[(tenant, region, PROMPT_HIST + "_bucket", "+Inf")]
+            prompt_mean = totals[(tenant, region, PROMPT_HIST + "_sum", "")] / count
             want = math.fsum(c.share * c.prompt_mean for c in stream.classes) + extra
             # Heavy-tailed lengths: a few percent on the smaller streams.
             assert prompt_mean == pytest.approx(want, rel=0.05), (tenant, region, extra)
-            hits = totals[(tenant, region, services.PREFIX_HITS, "")]
-            queries = totals[(tenant, region, services.PREFIX_QUERIES, "")]
+            hits = totals[(tenant, region, PREFIX_HITS, "")]
+            queries = totals[(tenant, region, PREFIX_QUERIES, "")]
             assert hits / queries == pytest.approx(0.35, abs=0.01)
-            assert totals[(tenant, region, services.PROMPT_TOKENS, "")] == pytest.approx(
-                prompt_mean * count
-            )
-            assert totals[(tenant, region, services.TTFT_HIST + "_count", "")] == count
-            assert totals[(tenant, region, services.E2E_HIST + "_sum", "")] > 0
-            assert totals[(tenant, region, services.RUNNING, "")] > 0
+            assert totals[(tenant, region, PROMPT_TOKENS, "")] == pytest.approx(prompt_mean * count)
+            assert totals[(tenant, region, TTFT_HIST + "_count", "")] == count
+            assert totals[(tenant, region, E2E_HIST + "_sum", "")] > 0
+            assert totals[(tenant, region, RUNNING, "")] > 0
 
 
 @pytest.mark.django_db
@@ -194,7 +201,7 @@ def test_every_query_the_pull_sends_is_answered(class_label: str | None) -> None
     api = QueryApi(history, clock=lambda: NOW)
     labels = LabelConfig("tenant", "model_name", "region", class_label)
     start = NOW - 3600 + BUCKET_S
-    for query in services.pull_queries(labels, BUCKET_S):
+    for query in pull_queries(labels, BUCKET_S):
         status, body = api.answer(
             {"query": query.promql, "start": str(start), "end": str(NOW), "step": "300"}
         )

@@ -49,7 +49,7 @@ from tests.workers.live_services import (
     wait_for_scrapes,
     wait_for_url,
 )
-from workers.webhook_receiver import Delivery, WebhookReceiver
+from workers.simulators.webhook_receiver import Delivery, WebhookReceiver
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = REPO / "docs" / "scenarios" / "support-assistant.yaml"

@@ -25,7 +25,7 @@ from tests.controlplane.plans_helpers import load_support_assistant
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# How long the solve is held up so that the two re-plans surely overlap, seconds.
+# How long the solve is held up when the other re-plan waits for the lock, seconds.
 SLOW_SOLVE_S = 0.8
 
 
@@ -38,6 +38,21 @@ def slow_solve(monkeypatch: pytest.MonkeyPatch) -> None:
         return real_solve(*args, **kwargs)
 
     monkeypatch.setattr(services, "_solve", slow)
+
+
+@pytest.fixture
+def solve_until_the_other_ended(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """The solve holds the lock until the other re-plan has ended, so the two surely overlap
+    however late the machine runs the other thread (a fixed sleep would race with it)."""
+    ended = threading.Event()
+    real_solve = services._solve
+
+    def held(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        assert ended.wait(timeout=60), "the other re-plan never ended"
+        return real_solve(*args, **kwargs)
+
+    monkeypatch.setattr(services, "_solve", held)
+    return ended
 
 
 def _in_threads(*targets: Callable[[], None]) -> None:
@@ -63,7 +78,10 @@ def _in_threads(*targets: Callable[[], None]) -> None:
 
 
 def _trigger(
-    barrier: threading.Barrier, statuses: list[str], wait_s: float = 0.0
+    barrier: threading.Barrier,
+    statuses: list[str],
+    wait_s: float = 0.0,
+    ended: threading.Event | None = None,
 ) -> Callable[[], None]:
     queued = replan_request(trigger=Plan.Trigger.API, enqueue=False)
 
@@ -72,16 +90,21 @@ def _trigger(
         finished = replan_execute(run_id=queued.pk, wait_s=wait_s)
         assert finished is not None
         statuses.append(finished.status)
+        if ended is not None:
+            ended.set()
 
     return run
 
 
-def test_two_replans_at_once_one_runs_the_other_is_skipped(slow_solve: None) -> None:
+def test_two_replans_at_once_one_runs_the_other_is_skipped(
+    solve_until_the_other_ended: threading.Event,
+) -> None:
     load_support_assistant()
     barrier = threading.Barrier(2)
     statuses: list[str] = []
+    ended = solve_until_the_other_ended
 
-    _in_threads(_trigger(barrier, statuses), _trigger(barrier, statuses))
+    _in_threads(_trigger(barrier, statuses, ended=ended), _trigger(barrier, statuses, ended=ended))
 
     assert sorted(statuses) == [ReplanRun.Status.SKIPPED, ReplanRun.Status.SUCCEEDED]
     assert Plan.objects.count() == 1

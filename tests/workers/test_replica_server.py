@@ -18,15 +18,15 @@ import pytest
 from planner.capacity.simulation import Requests, open_loop_times, unit_rate_arrivals
 from planner.capacity.workload import request_cost
 from planner.errors import PlannerInputError
-from workers.benchmarks.replica_server import (
+from workers.simulators.replica import (
     BatchingEngine,
     PrefixCache,
     ReplicaConfig,
     ReplicaServer,
     block_hashes,
-    main,
     replica_server_process,
 )
+from workers.simulators.replica.cli import main
 
 # -- the scheduler, in virtual time --------------------------------------------------------------
 

@@ -12,16 +12,16 @@ import pytest
 from controlplane.fleet.models import LlmModel, Region
 from controlplane.policies.models import Tenant
 from controlplane.scenarios.services import scenario_load
-from workers.fleetsim import (
+from workers.simulators.fleet import (
     FleetSimulator,
     ScenarioFleetError,
     fleet_from_scenario,
     scaled_fleet,
     support_assistant_fleet,
 )
-from workers.fleetsim.__main__ import main
-from workers.fleetsim.exposition import render
-from workers.fleetsim.scenario import fleet_from_data
+from workers.simulators.fleet.__main__ import main
+from workers.simulators.fleet.exposition import render
+from workers.simulators.fleet.scenario import fleet_from_data
 
 SCENARIO = Path(__file__).resolve().parents[2] / "docs" / "scenarios" / "support-assistant.yaml"
 _LABELS = re.compile(r'model_name="([^"]+)",tenant="([^"]+)",region="([^"]+)"')

@@ -23,10 +23,12 @@ from typing import Any
 
 import pytest
 
+from controlplane.plans.impact import pool_drift_alerts_price
 from controlplane.policies.models import WorkloadProfile
 from controlplane.scenarios.services import scenario_load
-from controlplane.telemetry import services
+from controlplane.telemetry.derive import workload_profiles_derive
 from controlplane.telemetry.models import DriftAlert, ObservedWorkload, RunStatus
+from controlplane.telemetry.pull import telemetry_pull
 from tests.workers.live_services import (
     PROMETHEUS,
     free_port,
@@ -36,7 +38,7 @@ from tests.workers.live_services import (
     wait_for_scrapes,
     wait_for_url,
 )
-from workers.fleetsim import fleet_from_scenario
+from workers.simulators.fleet import fleet_from_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = REPO / "docs" / "scenarios" / "support-assistant.yaml"
@@ -77,13 +79,15 @@ def _grid(moment: float) -> datetime:
 def _pull_and_derive(since: float, until: float) -> None:
     """Pull and derive the whole buckets between two unix times."""
     start, end = _grid(since + BUCKET_S), _grid(until)
-    pull = services.telemetry_pull(window_start=start, window_end=end)
+    pull = telemetry_pull(window_start=start, window_end=end)
     assert pull.status == RunStatus.SUCCEEDED, pull.error
     assert pull.samples_stored > 0
     assert pull.unknown_labels == [], pull.unknown_labels
-    run = services.workload_profiles_derive(window_start=start, window_end=end)
+    run = workload_profiles_derive(window_start=start, window_end=end)
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert run.unknown_labels == [] and run.skipped == [], run.skipped
+    # As the pipeline does after a derivation: each pool's drift priced by re-solving.
+    pool_drift_alerts_price(derivation=run)
 
 
 def _sleep_until(moment: float) -> None:
@@ -144,7 +148,15 @@ def test_prometheus_scrapes_the_fleet_and_the_pipeline_sees_the_friday_review(
         want = expected[(alert.tenant.name, alert.region.name)]
         assert alert.current_value == pytest.approx(want + 1200, rel=0.15)
         assert alert.status == DriftAlert.Status.OPEN
-        assert alert.replica_delta is not None and alert.replica_delta > 0, alert.message
-        assert f"replicas in {alert.region.name} at the 70% target" in alert.message
+        # Each pool's drift is priced: its tenants ask more of the plan, which buys more
+        # replicas or, where the zones are full, leaves more unserved.
+        pool = alert.pool_alert
+        assert pool is not None and pool.pricing == "priced", alert.message
+        assert sum(t["load_after"] - t["load_before"] for t in pool.tenants) > 0
+        assert (pool.replica_delta or 0) > 0 or (pool.unserved_after or 0) > (
+            pool.unserved_before or 0
+        ), pool.message
+        assert "of the pool's drift" in alert.message
+        assert f" in {alert.region.name} (" in alert.message
     # Output lengths, cache hits and each tenant's share of its pool did not move.
     assert set(DriftAlert.objects.values_list("kind", flat=True)) == {DriftAlert.Kind.PROMPT_MEAN}

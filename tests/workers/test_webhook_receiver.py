@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from planner import signing
-from workers.webhook_receiver import WebhookReceiver, main
+from workers.simulators.webhook_receiver import WebhookReceiver, main
 
 SECRET = "receiver-test-secret-0123456789"
 

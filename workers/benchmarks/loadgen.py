@@ -32,15 +32,15 @@ import json
 import math
 import socket
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 import numpy as np
 import numpy.typing as npt
 
 from planner.errors import PlannerInputError
+from workers.benchmarks.endpoint import Endpoint, Outcome, RequestRecord
 from workers.benchmarks.workload import RequestSample, prompt_words, shared_prefix_words
 
 __all__ = [
@@ -50,109 +50,10 @@ __all__ = [
     "RequestRecord",
 ]
 
-Api = Literal["completions", "chat"]
-Outcome = Literal["ok", "error", "timeout"]
-
 # Bodies built ahead of the schedule. Enough to cover the start of any run; the rest is built
 # while waiting for the next send, never later than this margin before it is due.
 _LOOKAHEAD = 256
 _BUILD_MARGIN_S = 0.002
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """An OpenAI-compatible endpoint: base URL (``http://host:port``, without ``/v1``), model
-    name, which API to call, an optional bearer key and the per-request timeout (seconds).
-
-    ``ignore_eos`` asks the runtime to generate exactly ``max_tokens`` (a vLLM and SGLang
-    extension; turn it off for servers that refuse unknown fields).
-    """
-
-    base_url: str
-    model: str
-    api: Api = "completions"
-    api_key: str | None = None
-    timeout_s: float = 60.0
-    ignore_eos: bool = True
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.base_url, str) or not self.base_url.startswith(
-            ("http://", "https://")
-        ):
-            raise PlannerInputError("base_url", f"must be an http(s) URL, got {self.base_url!r}")
-        if not isinstance(self.model, str) or not self.model:
-            raise PlannerInputError("model", f"must be a non-empty string, got {self.model!r}")
-        if self.api not in ("completions", "chat"):
-            raise PlannerInputError("api", f"must be completions or chat, got {self.api!r}")
-        timeout = self.timeout_s
-        if not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
-            raise PlannerInputError("timeout_s", f"must be a finite number > 0, got {timeout!r}")
-
-    @property
-    def url(self) -> str:
-        """The URL requests are posted to."""
-        path = "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
-        return self.base_url.rstrip("/") + path
-
-    def headers(self) -> dict[str, str]:
-        """Request headers (content type, and the bearer key if any)."""
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
-
-    def body(self, words: Sequence[str], max_tokens: int) -> bytes:
-        """The JSON body of a streaming request for this prompt and output length."""
-        text = " ".join(words)
-        payload: dict[str, Any] = {"model": self.model}
-        if self.api == "chat":
-            payload["messages"] = [{"role": "user", "content": text}]
-        else:
-            payload["prompt"] = text
-        payload |= {
-            "max_tokens": max_tokens,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if self.ignore_eos:
-            payload["ignore_eos"] = True
-        return json.dumps(payload).encode()
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    """What happened to one request. Times in seconds from the run's start (NaN: never);
-    token counts -1 when the server did not say; ``user`` the closed-loop client that sent it
-    (-1 in an open loop)."""
-
-    index: int
-    scheduled_s: float
-    sent_s: float
-    first_token_s: float
-    done_s: float
-    output_tokens: int
-    prompt_tokens: int
-    cached_tokens: int
-    outcome: Outcome
-    detail: str = ""
-    user: int = -1
-
-    @property
-    def ttft_s(self) -> float:
-        """Time to first token from the send (NaN without one)."""
-        return self.first_token_s - self.sent_s
-
-    @property
-    def e2e_s(self) -> float:
-        """Send to end of stream (NaN unless ok)."""
-        return self.done_s - self.sent_s if self.outcome == "ok" else math.nan
-
-    @property
-    def itl_s(self) -> float:
-        """Mean time between output tokens after the first (NaN with fewer than two)."""
-        if self.outcome != "ok" or self.output_tokens < 2:
-            return math.nan
-        return (self.done_s - self.first_token_s) / (self.output_tokens - 1)
 
 
 @dataclass(frozen=True)

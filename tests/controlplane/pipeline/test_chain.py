@@ -23,8 +23,24 @@ from controlplane.pipeline import tasks
 from controlplane.pipeline.services import after_derivation
 from controlplane.plans.models import Plan, ReplanRun
 from controlplane.plans.services import drift_reason, trigger_sentence
-from controlplane.telemetry import services
+from controlplane.telemetry.drift import drift_alerts_raised
+from controlplane.telemetry.metrics import (
+    E2E_HIST,
+    GENERATION_TOKENS,
+    KV_USAGE,
+    OUTPUT_HIST,
+    PREEMPTIONS,
+    PREFIX_HITS,
+    PREFIX_QUERIES,
+    PROMPT_HIST,
+    PROMPT_TOKENS,
+    REQUESTS,
+    RUNNING,
+    TTFT_HIST,
+    WAITING,
+)
 from controlplane.telemetry.models import DriftAlert, ProfileDerivation, RunStatus
+from controlplane.telemetry.pull import telemetry_pull
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan
 from tests.controlplane.telemetry_fakes import FakePrometheus, fake_prometheus
 
@@ -51,10 +67,10 @@ def _register(fake: FakePrometheus, tenant: str, region: str) -> None:
         return PROMPT_MEAN + (EXTRA_PROMPT if t > drift else 0.0)
 
     histograms = {
-        services.PROMPT_HIST: ({"1000": 0.5, "2000": 0.8, "4000": 0.95, "8000": 0.99}, None),
-        services.OUTPUT_HIST: ({"50": 0.3, "100": 0.7, "200": 0.9, "500": 0.99}, 100.0),
-        services.TTFT_HIST: ({"0.5": 0.5, "1": 0.9, "2.5": 0.99}, 0.6),
-        services.E2E_HIST: ({"2": 0.3, "5": 0.7, "10": 0.95}, 4.0),
+        PROMPT_HIST: ({"1000": 0.5, "2000": 0.8, "4000": 0.95, "8000": 0.99}, None),
+        OUTPUT_HIST: ({"50": 0.3, "100": 0.7, "200": 0.9, "500": 0.99}, 100.0),
+        TTFT_HIST: ({"0.5": 0.5, "1": 0.9, "2.5": 0.99}, 0.6),
+        E2E_HIST: ({"2": 0.3, "5": 0.7, "10": 0.95}, 4.0),
     }
     for family, (shares, mean) in histograms.items():
         for le, share in {**shares, "+Inf": 1.0}.items():
@@ -65,15 +81,15 @@ def _register(fake: FakePrometheus, tenant: str, region: str) -> None:
         else:
             fake.add(f"{family}_sum", labels, lambda t, m=mean: m * n)
     counters = {
-        services.REQUESTS: lambda t: n,
-        services.PROMPT_TOKENS: lambda t: prompt_mean(t) * n,
-        services.GENERATION_TOKENS: lambda t: 100.0 * n,
-        services.PREFIX_QUERIES: lambda t: prompt_mean(t) * n,
-        services.PREFIX_HITS: lambda t: 0.35 * prompt_mean(t) * n,
-        services.PREEMPTIONS: lambda t: 0.0,
-        services.RUNNING: lambda t: 8.0,
-        services.WAITING: lambda t: 0.0,
-        services.KV_USAGE: lambda t: 0.3,
+        REQUESTS: lambda t: n,
+        PROMPT_TOKENS: lambda t: prompt_mean(t) * n,
+        GENERATION_TOKENS: lambda t: 100.0 * n,
+        PREFIX_QUERIES: lambda t: prompt_mean(t) * n,
+        PREFIX_HITS: lambda t: 0.35 * prompt_mean(t) * n,
+        PREEMPTIONS: lambda t: 0.0,
+        RUNNING: lambda t: 8.0,
+        WAITING: lambda t: 0.0,
+        KV_USAGE: lambda t: 0.3,
     }
     for metric, value in counters.items():
         fake.add(metric, labels, value)
@@ -166,7 +182,7 @@ def test_an_alert_seen_again_requests_no_second_re_plan(
     derivation = ProfileDerivation.objects.order_by("-pk").first()
     assert derivation is not None
     assert (derivation.alerts_raised, derivation.alerts_updated) == (0, DriftAlert.objects.count())
-    assert services.drift_alerts_raised(derivation=derivation) == []
+    assert drift_alerts_raised(derivation=derivation) == []
     assert ReplanRun.objects.filter(trigger=Plan.Trigger.DRIFT).count() == 1
 
 
@@ -205,7 +221,7 @@ def test_the_derive_task_reports_the_re_plan_it_requested(
     _baseline(django_capture_on_commit_callbacks)
     window = {"window_start": DRIFT_AT.isoformat(), "window_end": (DRIFT_AT + HOUR).isoformat()}
     # Samples first (without the chain), then the derivation task on its own.
-    services.telemetry_pull(window_start=DRIFT_AT, window_end=DRIFT_AT + HOUR)
+    telemetry_pull(window_start=DRIFT_AT, window_end=DRIFT_AT + HOUR)
     with django_capture_on_commit_callbacks(execute=True):
         result = tasks.derive_profiles.apply(kwargs=window).get()
     run = ReplanRun.objects.get(trigger=Plan.Trigger.DRIFT)
@@ -242,14 +258,14 @@ def test_drift_alerts_raised_names_only_the_derivations_own() -> None:
     }
     raised = DriftAlert.objects.create(kind=DriftAlert.Kind.PROMPT_MEAN, raised_by=mine, **common)
     DriftAlert.objects.create(kind=DriftAlert.Kind.OUTPUT_MEAN, raised_by=other, **common)
-    assert services.drift_alerts_raised(derivation=mine) == [raised]
+    assert drift_alerts_raised(derivation=mine) == [raised]
 
     mine.status = RunStatus.FAILED
-    assert services.drift_alerts_raised(derivation=mine) == []
+    assert drift_alerts_raised(derivation=mine) == []
     none_raised = ProfileDerivation.objects.create(
         window_start=T0, window_end=DRIFT_AT, status=RunStatus.SUCCEEDED
     )
-    assert services.drift_alerts_raised(derivation=none_raised) == []
+    assert drift_alerts_raised(derivation=none_raised) == []
 
 
 def test_a_derivation_without_alerts_requests_no_re_plan() -> None:

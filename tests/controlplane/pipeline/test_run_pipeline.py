@@ -20,6 +20,7 @@ from controlplane.plans.models import Plan
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry.models import (
     DriftAlert,
+    PoolDriftAlert,
     ProfileDerivation,
     RunStatus,
     TelemetryPull,
@@ -60,6 +61,19 @@ def test_the_pipeline_pulls_derives_replans_emits_and_prints_the_allocations(
         assert alert.current_value - alert.baseline_value == pytest.approx(1200, rel=0.1)
         assert alert.replicas_before is not None and alert.replicas_after is not None
         assert f"#{alert.pk} [open] mean prompt length" in output
+        assert alert.pool_alert is not None and alert.pool_share is not None
+    # One priced drift per pool, printed with the re-plan's cost change.
+    pools = PoolDriftAlert.objects.all()
+    assert {(p.region.name, p.pricing) for p in pools} == {
+        ("eu-west", "priced"),
+        ("us-east", "priced"),
+    }
+    for pool in pools:
+        assert f"#{pool.pk} [priced] drift of chat-70b in {pool.region.name}" in output
+        # Both pools' drifts are reverted together for "before", so each alert's dollars are
+        # the whole re-plan's change (the plan below costs what they say "after").
+        assert pool.drift_pools == 2
+        assert "the re-plan (with the drift of 2 pools) goes from" in pool.message
     assert ProfileDerivation.objects.count() == 2
     assert WorkloadProfile.objects.filter(source=WorkloadProfile.Source.TELEMETRY).count() == 14
 
@@ -72,6 +86,12 @@ def test_the_pipeline_pulls_derives_replans_emits_and_prints_the_allocations(
         assert demand["forecast"]["history_hours"] >= 336
     assert "demands sized from telemetry 7, declared 0" in output
     assert {row.region for row in plan.allocations.all()} == set(REGIONS)
+    for pool in pools:
+        assert pool.cost_per_hour_after == pytest.approx(plan.cost_per_hour)
+        assert pool.gpus_after == sum(
+            r.replicas * r.gpus_per_replica for r in plan.allocations.all()
+        )
+        assert f"to {pool.gpus_after} GPUs at ${plan.cost_per_hour:,.2f}/h" in pool.message
 
     # The region allocations, as `replan` prints them: per region GPUs and cost, then zone ×
     # shape × replicas.

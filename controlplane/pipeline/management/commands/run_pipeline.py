@@ -165,7 +165,9 @@ class Command(BaseCommand):
             yield
             return
         names = (
-            "controlplane.telemetry.services",
+            "controlplane.telemetry.pull",
+            "controlplane.telemetry.derive",
+            "controlplane.telemetry.drift",
             "controlplane.pipeline.services",
             "celery.app.trace",
             "kombu.connection",

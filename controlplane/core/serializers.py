@@ -1,0 +1,58 @@
+"""Strict parsing for every write: unknown fields, booleans posing as numbers, and fractional or
+boolean ids are refused with a 400 naming the field, instead of being dropped or coerced.
+
+DRF on its own drops a field it does not know (a misspelt option is silently ignored),
+accepts ``true`` as the number 1.0, and looks ``"tier": 1.5`` up as tier 1. Write serializers
+inherit ``StrictFieldsMixin``; model serializers get the strict field types through
+``StrictModelSerializer``'s field mapping.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from rest_framework import serializers
+
+
+class StrictFieldsMixin:
+    """Refuse keys that name no field of the serializer (read-only fields are known: a body
+    read from the API can be sent back)."""
+
+    unknown_message = "Unknown field."
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            known = self.fields  # type: ignore[attr-defined]
+            unknown = sorted(str(key) for key in data if key not in known)
+            if unknown:
+                raise serializers.ValidationError({key: [self.unknown_message] for key in unknown})
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class StrictFloatField(serializers.FloatField):
+    """A number; ``true``/``false`` are not numbers."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictPrimaryKeyRelatedField(serializers.PrimaryKeyRelatedField[Any]):
+    """An id is a whole number (or its digits in a form); not ``1.5``, not ``true``."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, bool) or (isinstance(data, float) and not data.is_integer()):
+            self.fail("incorrect_type", data_type=type(data).__name__)
+        if isinstance(data, float):
+            data = int(data)
+        return super().to_internal_value(data)
+
+
+class StrictModelSerializer(StrictFieldsMixin, serializers.ModelSerializer[Any]):
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.FloatField: StrictFloatField,
+    }
+    serializer_related_field = StrictPrimaryKeyRelatedField

@@ -1,0 +1,43 @@
+"""Stored finance results in the admin: read-only (the finance services write them)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from controlplane.core.admin import ReadOnlyAdmin
+from controlplane.finance.models import FinanceReport, FinanceSnapshot, PromisePricing
+
+
+@admin.register(FinanceSnapshot)
+class FinanceSnapshotAdmin(ReadOnlyAdmin):
+    list_display = ("id", "plan", "start", "hours", "compute_seconds", "created_at")
+    list_select_related = ("plan",)
+    # The arrays are a binary archive: nothing to read on the page.
+    exclude = ("arrays",)
+    readonly_fields = (
+        "plan",
+        "start",
+        "hours",
+        "forecast_key",
+        "quantiles",
+        "notes",
+        "compute_seconds",
+        "created_at",
+        "pools",
+        "loads",
+        "gpu_pools",
+    )
+
+
+@admin.register(PromisePricing)
+class PromisePricingAdmin(ReadOnlyAdmin):
+    list_display = ("id", "plan", "solve_seconds", "created_at")
+    list_select_related = ("plan",)
+    readonly_fields = ("plan", "rungs", "weights", "solve_seconds", "created_at")
+
+
+@admin.register(FinanceReport)
+class FinanceReportAdmin(ReadOnlyAdmin):
+    list_display = ("id", "snapshot", "endpoint", "params", "created_at")
+    list_filter = ("endpoint",)
+    readonly_fields = ("snapshot", "endpoint", "params", "rows", "created_at")

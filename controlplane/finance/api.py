@@ -1,0 +1,190 @@
+"""Finance over the API: forecast, commitments, promises, showback and history, as JSON or CSV.
+
+Reads need any role (``finance``, ``viewer``, ``policy-admin``). Every endpoint answers JSON,
+or CSV with ``?format=csv`` or ``Accept: text/csv`` (the same rows and numbers). A bad query
+parameter is a 400 naming it; no active plan is a 404. Each view parses its query, calls one
+service and returns its report.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import exceptions
+from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.serializers import Serializer
+from rest_framework.views import APIView
+
+from controlplane.core.api import QueryGuardMixin
+from controlplane.core.roles import ROLES, RolePermission
+from controlplane.finance import services
+from controlplane.finance.renderers import CSVRenderer
+from controlplane.finance.serializers import (
+    GroupedQuerySerializer,
+    OpenCostQuerySerializer,
+    OpenCostResponseSerializer,
+    ReportQuerySerializer,
+    ReportSerializer,
+)
+
+NOT_FOUND = OpenApiResponse(description="No plan is active yet.")
+CSV_NOTE = (
+    " Add `?format=csv` or send `Accept: text/csv` for the same rows as CSV (header: `columns`)."
+)
+
+
+class _FinanceView(QueryGuardMixin, APIView):
+    permission_classes = [RolePermission]
+    read_roles = frozenset(ROLES)
+    renderer_classes = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
+    query_serializer: type[Serializer[Any]] = ReportQuerySerializer
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        # Errors keep the API's JSON error contract even when CSV was asked for.
+        if response.status_code >= 400 and isinstance(
+            getattr(request, "accepted_renderer", None), CSVRenderer
+        ):
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
+
+    def query(self, request: Request) -> dict[str, Any]:
+        params = {k: v for k, v in request.query_params.items() if k != "format"}
+        serializer = self.query_serializer(data=params)
+        serializer.is_valid(raise_exception=True)
+        return dict(serializer.validated_data)
+
+    def answer(self, build: Any) -> Response:
+        try:
+            report = build()
+        except services.FinanceInputError as exc:
+            raise exceptions.ValidationError({exc.field: [exc.message]}) from exc
+        except services.NoActivePlan as exc:
+            raise exceptions.NotFound(str(exc)) from exc
+        body = report if isinstance(report, dict) else report.as_dict()
+        return Response(body)
+
+
+class ForecastView(_FinanceView):
+    query_serializer = GroupedQuerySerializer
+
+    @extend_schema(
+        summary="Replica-hours, GPU-hours and cost per period and group",
+        description=(
+            "For the active plan and the demand forecast, from the current period on: each row "
+            "a period and a group (`group_by`), with the quantile it was sized at and the band's "
+            "low and high edges. The current period is the active plan, hour for hour." + CSV_NOTE
+        ),
+        parameters=[GroupedQuerySerializer],
+        responses={200: ReportSerializer, 404: NOT_FOUND},
+    )
+    def get(self, request: Request) -> Response:
+        q = self.query(request)
+        return self.answer(
+            lambda: services.finance_forecast(
+                period=q["period"], group_by=q["group_by"], horizon=q.get("horizon")
+            )
+        )
+
+
+class CommitmentsView(_FinanceView):
+    @extend_schema(
+        summary="Reserved GPUs per region and GPU type, the on-demand remainder and the saving",
+        description=(
+            "The least-cost reservation for the horizon's hourly GPUs at the forecast's low "
+            "quantile, priced per period at the planned quantile." + CSV_NOTE
+        ),
+        parameters=[ReportQuerySerializer],
+        responses={200: ReportSerializer, 404: NOT_FOUND},
+    )
+    def get(self, request: Request) -> Response:
+        q = self.query(request)
+        return self.answer(
+            lambda: services.finance_commitments(period=q["period"], horizon=q.get("horizon"))
+        )
+
+
+class PromisesView(_FinanceView):
+    query_serializer = ReportQuerySerializer
+
+    @extend_schema(
+        summary="The price of each promise: zone survival, N+1, burst headroom",
+        description=(
+            "The active plan's problem re-solved one promise lighter at a time: the fleet's "
+            "cost per hour with and without each promise, and its price per hour and month, "
+            "shared among tiers and tenants by the load that promised it. Computed once per "
+            "plan version (the first request waits for the solves)." + CSV_NOTE
+        ),
+        parameters=[
+            OpenApiParameter("format", str, enum=["json", "csv"], description="Answer format.")
+        ],
+        responses={200: ReportSerializer, 404: NOT_FOUND},
+    )
+    def get(self, request: Request) -> Response:
+        return self.answer(lambda: services.finance_promises())
+
+
+class ShowbackView(_FinanceView):
+    @extend_schema(
+        summary="Cost per tenant per period and per million tokens, idle headroom as a line",
+        description=(
+            "Each tenant's usage cost and its share of the idle headroom (shared in proportion "
+            "to usage), and one idle-headroom line per period." + CSV_NOTE
+        ),
+        parameters=[ReportQuerySerializer],
+        responses={200: ReportSerializer, 404: NOT_FOUND},
+    )
+    def get(self, request: Request) -> Response:
+        q = self.query(request)
+        return self.answer(
+            lambda: services.finance_showback(period=q["period"], horizon=q.get("horizon"))
+        )
+
+
+class HistoryView(_FinanceView):
+    query_serializer = GroupedQuerySerializer
+
+    @extend_schema(
+        summary="Past periods: provisioned (the plans that were active) against planned",
+        description=(
+            "The last `horizon` periods up to now, from the plans' activation times, by group; "
+            "`planned_*` is what the earliest stored forecast covering the period said." + CSV_NOTE
+        ),
+        parameters=[GroupedQuerySerializer],
+        responses={200: ReportSerializer},
+    )
+    def get(self, request: Request) -> Response:
+        q = self.query(request)
+        return self.answer(
+            lambda: services.finance_history(
+                period=q["period"], group_by=q["group_by"], horizon=q.get("horizon")
+            )
+        )
+
+
+class OpenCostAllocationView(_FinanceView):
+    query_serializer = OpenCostQuerySerializer
+    renderer_classes = [JSONRenderer, BrowsableAPIRenderer]
+
+    @extend_schema(
+        summary="The forecast in OpenCost's allocation response shape",
+        description=(
+            "For cost tools that read OpenCost's `/allocation` API: `data` is one set per "
+            "period, each mapping the aggregate's name to an allocation (`window`, `gpuHours`, "
+            "`gpuCost`, `totalCost`, ...)."
+        ),
+        parameters=[OpenCostQuerySerializer],
+        responses={200: OpenCostResponseSerializer, 404: NOT_FOUND},
+    )
+    def get(self, request: Request) -> Response:
+        q = self.query(request)
+        return self.answer(
+            lambda: services.opencost_allocation(
+                period=q["period"], aggregate=q["aggregate"], horizon=q.get("horizon")
+            )
+        )

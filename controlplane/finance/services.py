@@ -1,0 +1,1184 @@
+"""Finance reports: forecast, commitments, the price of each promise, showback and history.
+
+Each report is a keyword-only function returning typed rows, for the API, the
+``finance_report`` command and the operators' pages alike. The forecast-based reports read the
+snapshot of the active plan (``snapshot.py``: computed once per plan version and forecast, then
+stored); each report's rows for one set of parameters are stored too (``FinanceReport``), so a
+repeated request reads one row.
+
+- The period containing ``now`` is sized by the active plan itself, every hour of it: its cost
+  is the plan's $/h × the period's hours. Later periods follow the snapshot's sizing.
+- Tenant and tier rows split each pool's cost by the replica-hours each tenant's load uses
+  there, the idle headroom shared in proportion (``planner.forecast.finance.showback_split``);
+  a pool that no load uses is the ``(idle headroom)`` tenant's.
+- Money is rounded to cents, hours to hundredths (``MONEY_DIGITS``, ``HOURS_DIGITS``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from controlplane.finance import selectors
+from controlplane.finance.models import FinanceReport, FinanceSnapshot, PromisePricing
+from controlplane.finance.snapshot import horizon_for, snapshot_arrays, snapshot_compute
+from controlplane.plans.conf import replan_settings
+from controlplane.plans.models import Plan
+from planner import placement
+from planner.forecast.finance import (
+    HOURS_PER_MONTH,
+    PERIODS,
+    RUNG_PROMISE,
+    GpuPrice,
+    Period,
+    PoolDemand,
+    check_period,
+    optimal_commitment,
+    period_end,
+    period_label,
+    period_starts,
+    project_costs,
+    promise_ladder,
+    promise_weights,
+    showback_split,
+)
+from planner.placement.problem import PROMISE_LEVEL, ProblemInvalid, parse_problem
+
+GROUPS = ("region", "zone", "accelerator", "shape", "model", "tenant", "tier")
+IDLE = "(idle headroom)"
+MONEY_DIGITS = 2
+HOURS_DIGITS = 2
+DEFAULT_HORIZON: dict[str, int] = {"day": 31, "week": 13, "month": 12}
+HOUR_S = 3600
+
+
+class FinanceInputError(ValueError):
+    """A report parameter is out of range; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class NoActivePlan(LookupError):
+    """No plan is active: there is nothing to forecast from."""
+
+
+def money(value: float) -> float:
+    return round(float(value), MONEY_DIGITS) + 0.0
+
+
+def hours(value: float) -> float:
+    return round(float(value), HOURS_DIGITS) + 0.0
+
+
+def _iso(ts: int) -> str:
+    return datetime.fromtimestamp(int(ts), tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def check_group_by(group_by: Iterable[str]) -> tuple[str, ...]:
+    """The grouping in ``GROUPS`` order, duplicates removed; ``FinanceInputError`` for an unknown
+    name."""
+    names = [g.strip() for g in group_by if g.strip()]
+    unknown = sorted(set(names) - set(GROUPS))
+    if unknown:
+        raise FinanceInputError(
+            "group_by", f"unknown {', '.join(unknown)}; choose from {', '.join(GROUPS)}"
+        )
+    return tuple(g for g in GROUPS if g in names)
+
+
+def _check_period(period: str) -> Period:
+    if period not in PERIODS:
+        raise FinanceInputError("period", f"must be one of {', '.join(PERIODS)}, got {period!r}")
+    return check_period("period", period)
+
+
+def _check_horizon(horizon: int | None, period: Period) -> int:
+    value = DEFAULT_HORIZON[period] if horizon is None else horizon
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise FinanceInputError("horizon", f"must be a whole number of periods ≥ 1, got {value!r}")
+    return value
+
+
+# -- rows -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PeriodSpan:
+    label: str
+    start: int
+    end: int
+
+    def columns(self) -> dict[str, Any]:
+        return {
+            "period": self.label,
+            "period_start": _iso(self.start),
+            "period_end": _iso(self.end),
+        }
+
+
+@dataclass(frozen=True)
+class ForecastRow:
+    """Replica-hours, GPU-hours and cost of one group in one period, with the band's edges.
+
+    ``quantile`` is the forecast quantile the group was sized at (None when the group mixes
+    tiers of different quantiles); ``sized_by`` is ``plan`` for the current period (the active
+    plan, hour for hour) and ``forecast`` after it.
+    """
+
+    period: PeriodSpan
+    group: tuple[tuple[str, str], ...]
+    quantile: float | None
+    band_low_quantile: float
+    band_high_quantile: float
+    replica_hours: float
+    replica_hours_low: float
+    replica_hours_high: float
+    gpu_hours: float
+    gpu_hours_low: float
+    gpu_hours_high: float
+    cost: float
+    cost_low: float
+    cost_high: float
+    sized_by: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.period.columns(),
+            **dict(self.group),
+            "quantile": self.quantile,
+            "band_low_quantile": self.band_low_quantile,
+            "band_high_quantile": self.band_high_quantile,
+            "replica_hours": hours(self.replica_hours),
+            "replica_hours_low": hours(self.replica_hours_low),
+            "replica_hours_high": hours(self.replica_hours_high),
+            "gpu_hours": hours(self.gpu_hours),
+            "gpu_hours_low": hours(self.gpu_hours_low),
+            "gpu_hours_high": hours(self.gpu_hours_high),
+            "cost": money(self.cost),
+            "cost_low": money(self.cost_low),
+            "cost_high": money(self.cost_high),
+            "sized_by": self.sized_by,
+        }
+
+
+FORECAST_COLUMNS = (
+    "period",
+    "period_start",
+    "period_end",
+    "quantile",
+    "band_low_quantile",
+    "band_high_quantile",
+    "replica_hours",
+    "replica_hours_low",
+    "replica_hours_high",
+    "gpu_hours",
+    "gpu_hours_low",
+    "gpu_hours_high",
+    "cost",
+    "cost_low",
+    "cost_high",
+    "sized_by",
+)
+
+
+def forecast_columns(group_by: Sequence[str]) -> tuple[str, ...]:
+    return (*FORECAST_COLUMNS[:3], *group_by, *FORECAST_COLUMNS[3:])
+
+
+@dataclass(frozen=True)
+class Report:
+    """One report's rows with what they were computed from."""
+
+    plan_version: int
+    snapshot: int | None
+    period: str
+    horizon: int
+    group_by: tuple[str, ...]
+    columns: tuple[str, ...]
+    rows: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "plan_version": self.plan_version,
+            "snapshot": self.snapshot,
+            "period": self.period,
+            "horizon": self.horizon,
+            "group_by": list(self.group_by),
+            "columns": list(self.columns),
+            "rows": self.rows,
+            "notes": self.notes,
+        }
+
+
+# -- the active plan's snapshot and its periods ----------------------------------------------
+
+
+def finance_snapshot(*, now: datetime | None = None) -> FinanceSnapshot:
+    """The active plan's snapshot for the horizon of ``now`` (computed and stored the first
+    time). ``NoActivePlan`` when no plan is active."""
+    moment = now or timezone.now()
+    plan = selectors.plan_active_with_rows()
+    if plan is None:
+        raise NoActivePlan("No plan is active yet: run a re-plan.")
+    start, length = horizon_for(moment)
+    return snapshot_compute(plan=plan, start=start, hours=length)
+
+
+def _cached(
+    snapshot: FinanceSnapshot, endpoint: str, params: dict[str, Any], build: Callable[[], Report]
+) -> Report:
+    key = json.dumps(params, sort_keys=True, separators=(",", ":"))
+    found = selectors.report_find(snapshot=snapshot, endpoint=endpoint, params=key)
+    if found is not None:
+        return Report(
+            **{
+                **found.rows,
+                "group_by": tuple(found.rows["group_by"]),
+                "columns": tuple(found.rows["columns"]),
+            }
+        )
+    report = build()
+    body = report.as_dict()
+    try:
+        with transaction.atomic():
+            FinanceReport.objects.create(
+                snapshot=snapshot, endpoint=endpoint, params=key, rows=body
+            )
+    except IntegrityError:
+        pass  # stored by a concurrent request with the same parameters: the same rows
+    return report
+
+
+def _periods(
+    snapshot: FinanceSnapshot, period: Period, now: datetime, horizon: int
+) -> tuple[list[PeriodSpan], npt.NDArray[np.float64]]:
+    """The ``horizon`` whole periods from the one containing ``now``, and the day × period
+    matrix that sums the snapshot's days into them."""
+    first = int(snapshot.start.timestamp())
+    days = snapshot.hours // 24
+    day_starts = first + 86400 * np.arange(days, dtype=np.int64)
+    starts = period_starts(day_starts, period)
+    current = int(period_starts(np.array([now.timestamp()]), period)[0])
+    end = first + snapshot.hours * HOUR_S
+    spans: list[PeriodSpan] = []
+    for start in sorted({int(s) for s in starts}):
+        stop = period_end(start, period)
+        if start < current or start < first or stop > end:
+            continue
+        spans.append(PeriodSpan(period_label(start, period), start, stop))
+    if len(spans) < horizon:
+        raise FinanceInputError(
+            "horizon", f"at most {len(spans)} {period}s ahead are forecast, asked for {horizon}"
+        )
+    spans = spans[:horizon]
+    matrix = np.zeros((days, len(spans)), dtype=np.float64)
+    for k, span in enumerate(spans):
+        matrix[(day_starts >= span.start) & (day_starts < span.end), k] = 1.0
+    return spans, matrix
+
+
+@dataclass(frozen=True)
+class _Cells:
+    """Pool × period values of a snapshot over the requested periods."""
+
+    spans: list[PeriodSpan]
+    rep: npt.NDArray[np.float64]
+    rep_low: npt.NDArray[np.float64]
+    rep_high: npt.NDArray[np.float64]
+    price: npt.NDArray[np.float64]
+    gpus: npt.NDArray[np.float64]
+    # Loads split over the zones of their region's shape: (load, pool) pairs × period.
+    pair_load: npt.NDArray[np.int64]
+    pair_pool: npt.NDArray[np.int64]
+    used: npt.NDArray[np.float64]
+    requests: npt.NDArray[np.float64]
+    tokens: npt.NDArray[np.float64]
+
+
+def _cells(
+    snapshot: FinanceSnapshot,
+    period: Period,
+    now: datetime,
+    horizon: int,
+    *,
+    plan_first: bool = True,
+) -> _Cells:
+    """Pool × period values from the period containing ``now``; with ``plan_first`` that period
+    is the snapshot's plan, hour for hour, rather than its forecast sizing."""
+    spans, matrix = _periods(snapshot, period, now, horizon)
+    arrays = snapshot_arrays(snapshot)
+    pools = snapshot.pools
+    rep, rep_low, rep_high = (arrays[n] @ matrix for n in ("rep_q", "rep_low", "rep_high"))
+    # The current period is the active plan, every hour of it.
+    if plan_first:
+        planned = np.array([p["replicas"] for p in pools], dtype=np.float64)
+        current_hours = (spans[0].end - spans[0].start) / HOUR_S
+        rep[:, 0] = planned * current_hours
+        rep_low[:, 0] = np.minimum(rep_low[:, 0], rep[:, 0])
+        rep_high[:, 0] = np.maximum(rep_high[:, 0], rep[:, 0])
+    zones_of: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, p in enumerate(pools):
+        zones_of[(p["region"], p["shape"])].append(i)
+    pair_load, pair_pool = [], []
+    for j, load in enumerate(snapshot.loads):
+        for i in zones_of.get((load["region"], load["shape"]), []):
+            pair_load.append(j)
+            pair_pool.append(i)
+    loads = np.array(pair_load, dtype=np.int64)
+    where = np.array(pair_pool, dtype=np.int64)
+    # Each zone takes its share of the region's shape's replica-hours in that period.
+    region_rep: dict[tuple[str, str], npt.NDArray[np.float64]] = {
+        key: rep[members].sum(axis=0) for key, members in zones_of.items()
+    }
+    zone_share = np.zeros((where.size, len(spans)))
+    for n, (j, i) in enumerate(zip(loads.tolist(), where.tolist(), strict=True)):
+        load = snapshot.loads[j]
+        total = region_rep[(load["region"], load["shape"])]
+        zone_share[n] = np.divide(rep[i], total, out=np.zeros(len(spans)), where=total > 0)
+    per_load = {n: arrays[n] @ matrix for n in ("used", "requests", "tokens")}
+    return _Cells(
+        spans=spans,
+        rep=rep,
+        rep_low=rep_low,
+        rep_high=rep_high,
+        price=np.array([p["price_per_replica_hour"] for p in pools], dtype=np.float64),
+        gpus=np.array([p["gpus_per_replica"] for p in pools], dtype=np.float64),
+        pair_load=loads,
+        pair_pool=where,
+        used=per_load["used"][loads] * zone_share if loads.size else np.zeros((0, len(spans))),
+        requests=(
+            per_load["requests"][loads] * zone_share if loads.size else np.zeros((0, len(spans)))
+        ),
+        tokens=per_load["tokens"][loads] * zone_share if loads.size else np.zeros((0, len(spans))),
+    )
+
+
+@dataclass
+class _Atoms:
+    """Rows before grouping: attributes (strings) and values (floats), one per atom."""
+
+    attributes: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    period: list[int] = field(default_factory=list)
+    quantile: list[float] = field(default_factory=list)
+    values: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+
+def _split(cells: _Cells) -> tuple[Any, npt.NDArray[np.float64]]:
+    """Showback split of every pool × period cell over its (load, pool) pairs."""
+    periods = len(cells.spans)
+    cost = cells.rep * cells.price[:, None]
+    cell_of_pair = (cells.pair_pool[:, None] * periods + np.arange(periods)[None, :]).ravel()
+    split = showback_split(cost.ravel(), cells.rep.ravel(), cells.used.ravel(), cell_of_pair)
+    return split, cost
+
+
+def _pool_quantiles(snapshot: FinanceSnapshot) -> list[float]:
+    by_key: dict[tuple[str, str], set[float]] = defaultdict(set)
+    for load in snapshot.loads:
+        by_key[(load["region"], load["shape"])].add(float(load["quantile"]))
+    out = []
+    for p in snapshot.pools:
+        qs = by_key.get((p["region"], p["shape"]), set())
+        out.append(next(iter(qs)) if len(qs) == 1 else float("nan"))
+    return out
+
+
+def _forecast_atoms(snapshot: FinanceSnapshot, cells: _Cells, by_tenant: bool) -> _Atoms:
+    atoms = _Atoms()
+    pools = snapshot.pools
+    periods = len(cells.spans)
+    cost = cells.rep * cells.price[:, None]
+    values = {
+        "replica_hours": cells.rep,
+        "replica_hours_low": cells.rep_low,
+        "replica_hours_high": cells.rep_high,
+        "cost": cost,
+        "cost_low": cells.rep_low * cells.price[:, None],
+        "cost_high": cells.rep_high * cells.price[:, None],
+    }
+
+    def add(pool: int, k: int, share: float, tenant: str, tier: str, q: float) -> None:
+        p = pools[pool]
+        for name in ("region", "zone", "accelerator", "shape", "model"):
+            atoms.attributes[name].append(str(p[name]))
+        atoms.attributes["tenant"].append(tenant)
+        atoms.attributes["tier"].append(tier)
+        atoms.period.append(k)
+        atoms.quantile.append(q)
+        for name, matrix in values.items():
+            atoms.values[name].append(share * float(matrix[pool, k]))
+        for name in ("", "_low", "_high"):
+            atoms.values[f"gpu_hours{name}"].append(
+                share * float(values[f"replica_hours{name}"][pool, k]) * float(cells.gpus[pool])
+            )
+
+    pool_q = _pool_quantiles(snapshot)
+    if not by_tenant:
+        for i in range(len(pools)):
+            for k in range(periods):
+                add(i, k, 1.0, "", "", pool_q[i])
+        return atoms
+    split, _ = _split(cells)
+    flat_cost = cost.ravel()
+    paid = (split.direct + split.shared).reshape(cells.pair_pool.size, periods)
+    for n, (j, i) in enumerate(
+        zip(cells.pair_load.tolist(), cells.pair_pool.tolist(), strict=True)
+    ):
+        load = snapshot.loads[j]
+        for k in range(periods):
+            total = flat_cost[i * periods + k]
+            if total > 0:
+                add(i, k, float(paid[n, k]) / total, load["tenant"], load["tier"], load["quantile"])
+    for i in range(len(pools)):
+        for k in range(periods):
+            total = flat_cost[i * periods + k]
+            left = float(split.unallocated[i * periods + k])
+            if total > 0 and left > 0:
+                add(i, k, left / total, IDLE, "", float("nan"))
+    return atoms
+
+
+def _group(
+    atoms: _Atoms, group_by: Sequence[str], value_names: Sequence[str]
+) -> list[tuple[int, tuple[str, ...], float | None, dict[str, float]]]:
+    """Sum atoms by (period, group); each group's quantile when its atoms share one."""
+    sums: dict[tuple[int, tuple[str, ...]], dict[str, float]] = {}
+    # None stands for "no single quantile" (NaN would not compare equal to itself in a set).
+    qs: dict[tuple[int, tuple[str, ...]], set[float | None]] = defaultdict(set)
+    columns = [atoms.attributes[g] for g in group_by]
+    for a, k in enumerate(atoms.period):
+        key = (k, tuple(col[a] for col in columns))
+        row = sums.setdefault(key, dict.fromkeys(value_names, 0.0))
+        for name in value_names:
+            row[name] += atoms.values[name][a]
+        q = atoms.quantile[a] if atoms.quantile else float("nan")
+        qs[key].add(round(q, 6) if q == q else None)
+    out = []
+    for key in sorted(sums):
+        found = qs[key]
+        out.append((key[0], key[1], next(iter(found)) if len(found) == 1 else None, sums[key]))
+    return out
+
+
+# -- forecast ---------------------------------------------------------------------------------
+
+
+def finance_forecast(
+    *,
+    period: str = "month",
+    group_by: Iterable[str] = (),
+    horizon: int | None = None,
+    now: datetime | None = None,
+) -> Report:
+    """Replica-hours, GPU-hours and cost per period and group, from the current period on.
+
+    ``period`` day, week or month; ``group_by`` any of ``GROUPS``; ``horizon`` the number of
+    periods (defaults: 31 days, 13 weeks, 12 months). Raises ``FinanceInputError`` for a bad
+    parameter and ``NoActivePlan`` without an active plan.
+    """
+    kind = _check_period(period)
+    groups = check_group_by(group_by)
+    count = _check_horizon(horizon, kind)
+    moment = now or timezone.now()
+    snapshot = finance_snapshot(now=moment)
+    current = period_label(int(period_starts(np.array([moment.timestamp()]), kind)[0]), kind)
+    params = {"period": kind, "group_by": list(groups), "horizon": count, "current": current}
+
+    def build() -> Report:
+        cells = _cells(snapshot, kind, moment, count)
+        by_tenant = "tenant" in groups or "tier" in groups
+        atoms = _forecast_atoms(snapshot, cells, by_tenant)
+        names = (
+            "replica_hours",
+            "replica_hours_low",
+            "replica_hours_high",
+            "gpu_hours",
+            "gpu_hours_low",
+            "gpu_hours_high",
+            "cost",
+            "cost_low",
+            "cost_high",
+        )
+        rows = []
+        for k, key, q, sums in _group(atoms, groups, names):
+            rows.append(
+                ForecastRow(
+                    period=cells.spans[k],
+                    group=tuple(zip(groups, key, strict=True)),
+                    quantile=q,
+                    band_low_quantile=float(snapshot.quantiles["low"]),
+                    band_high_quantile=float(snapshot.quantiles["high"]),
+                    sized_by="plan" if k == 0 else "forecast",
+                    **sums,
+                ).as_dict()
+            )
+        return Report(
+            plan_version=snapshot.plan.version,
+            snapshot=snapshot.pk,
+            period=kind,
+            horizon=count,
+            group_by=groups,
+            columns=forecast_columns(groups),
+            rows=rows,
+            notes=list(snapshot.notes),
+        )
+
+    return _cached(snapshot, "forecast", params, build)
+
+
+# -- showback ---------------------------------------------------------------------------------
+
+SHOWBACK_COLUMNS = (
+    "period",
+    "period_start",
+    "period_end",
+    "line",
+    "tenant",
+    "tier",
+    "requests",
+    "tokens",
+    "used_replica_hours",
+    "usage_cost",
+    "idle_share",
+    "cost",
+    "cost_per_million_tokens",
+    "idle_cost",
+    "idle_unallocated",
+)
+
+
+def finance_showback(
+    *, period: str = "month", horizon: int | None = None, now: datetime | None = None
+) -> Report:
+    """Cost per tenant per period and per million tokens, with the idle headroom as a line.
+
+    Tenant lines: ``usage_cost`` (the replica-hours its load uses, at the pool's price),
+    ``idle_share`` (its part of the idle headroom, in proportion to its use) and ``cost`` (the
+    two). The ``idle-headroom`` line per period: ``idle_cost`` (all replica-hours no load used:
+    floors, burst, rounding), of which ``idle_unallocated`` is in pools no load uses. Σ tenants'
+    ``usage_cost`` + ``idle_cost`` = Σ tenants' ``cost`` + ``idle_unallocated`` = the forecast's
+    total for the period.
+    """
+    kind = _check_period(period)
+    count = _check_horizon(horizon, kind)
+    moment = now or timezone.now()
+    snapshot = finance_snapshot(now=moment)
+    current = period_label(int(period_starts(np.array([moment.timestamp()]), kind)[0]), kind)
+    params = {"period": kind, "horizon": count, "current": current}
+
+    def build() -> Report:
+        cells = _cells(snapshot, kind, moment, count)
+        periods = len(cells.spans)
+        split, _ = _split(cells)
+        direct = split.direct.reshape(cells.pair_pool.size, periods)
+        shared = split.shared.reshape(cells.pair_pool.size, periods)
+        idle = split.idle.reshape(len(snapshot.pools), periods)
+        unallocated = split.unallocated.reshape(len(snapshot.pools), periods)
+        tenants: dict[tuple[int, str, str], dict[str, float]] = {}
+        for n, j in enumerate(cells.pair_load.tolist()):
+            load = snapshot.loads[j]
+            for k in range(periods):
+                row = tenants.setdefault(
+                    (k, load["tenant"], load["tier"]),
+                    dict.fromkeys(("requests", "tokens", "used", "direct", "shared"), 0.0),
+                )
+                row["requests"] += float(cells.requests[n, k])
+                row["tokens"] += float(cells.tokens[n, k])
+                row["used"] += float(cells.used[n, k])
+                row["direct"] += float(direct[n, k])
+                row["shared"] += float(shared[n, k])
+        rows = []
+        for k, span in enumerate(cells.spans):
+            for (kk, tenant, tier), v in sorted(tenants.items()):
+                if kk != k:
+                    continue
+                cost = v["direct"] + v["shared"]
+                rows.append(
+                    {
+                        **span.columns(),
+                        "line": "tenant",
+                        "tenant": tenant,
+                        "tier": tier,
+                        "requests": round(v["requests"]),
+                        "tokens": round(v["tokens"]),
+                        "used_replica_hours": hours(v["used"]),
+                        "usage_cost": money(v["direct"]),
+                        "idle_share": money(v["shared"]),
+                        "cost": money(cost),
+                        "cost_per_million_tokens": (
+                            money(cost / v["tokens"] * 1e6) if v["tokens"] > 0 else None
+                        ),
+                        "idle_cost": 0.0,
+                        "idle_unallocated": 0.0,
+                    }
+                )
+            rows.append(
+                {
+                    **span.columns(),
+                    "line": "idle-headroom",
+                    "tenant": IDLE,
+                    "tier": "",
+                    "requests": 0,
+                    "tokens": 0,
+                    "used_replica_hours": 0.0,
+                    "usage_cost": 0.0,
+                    "idle_share": 0.0,
+                    "cost": 0.0,
+                    "cost_per_million_tokens": None,
+                    "idle_cost": money(float(idle[:, k].sum())),
+                    "idle_unallocated": money(float(unallocated[:, k].sum())),
+                }
+            )
+        return Report(
+            plan_version=snapshot.plan.version,
+            snapshot=snapshot.pk,
+            period=kind,
+            horizon=count,
+            group_by=("tenant",),
+            columns=SHOWBACK_COLUMNS,
+            rows=rows,
+            notes=list(snapshot.notes),
+        )
+
+    return _cached(snapshot, "showback", params, build)
+
+
+# -- commitments ------------------------------------------------------------------------------
+
+COMMITMENT_COLUMNS = (
+    "period",
+    "period_start",
+    "period_end",
+    "region",
+    "accelerator",
+    "reserved_gpus",
+    "break_even",
+    "on_demand_price",
+    "reserved_price",
+    "gpu_hours",
+    "reserved_gpu_hours",
+    "reserved_used_gpu_hours",
+    "on_demand_gpu_hours",
+    "idle_reserved_gpu_hours",
+    "idle_reserved_gpu_hours_low",
+    "cost_all_on_demand",
+    "cost_reserved",
+    "cost_on_demand",
+    "cost",
+    "saving",
+)
+
+
+def finance_commitments(
+    *, period: str = "month", horizon: int | None = None, now: datetime | None = None
+) -> Report:
+    """Reserved GPUs per region and GPU type for the horizon, and what they cost and save.
+
+    The level is the least-cost commitment (``optimal_commitment``) for the hourly GPUs needed
+    at the band's low edge, so the reservation is used even when demand comes in low; each
+    period is then priced at the planned quantile with that reservation: GPU-hours reserved and
+    used, the on-demand remainder, cost, saving against all on demand, and the reserved
+    GPU-hours left idle (expected, and at the low edge).
+    """
+    kind = _check_period(period)
+    count = _check_horizon(horizon, kind)
+    moment = now or timezone.now()
+    snapshot = finance_snapshot(now=moment)
+    current = period_label(int(period_starts(np.array([moment.timestamp()]), kind)[0]), kind)
+    params = {"period": kind, "horizon": count, "current": current}
+
+    def build() -> Report:
+        spans, _ = _periods(snapshot, kind, moment, count)
+        arrays = snapshot_arrays(snapshot)
+        first = int(snapshot.start.timestamp())
+        lo = (spans[0].start - first) // HOUR_S
+        hi = (spans[-1].end - first) // HOUR_S
+        now_hi = (spans[0].end - first) // HOUR_S
+        timestamps = first + HOUR_S * np.arange(lo, hi, dtype=np.int64)
+        rows = []
+        for g, pool in enumerate(snapshot.gpu_pools):
+            expected = arrays["gpu_q"][g, lo:hi].astype(np.int64)
+            low = arrays["gpu_low"][g, lo:hi].astype(np.int64)
+            # The current period runs the active plan whatever the demand.
+            expected[: now_hi - lo] = pool["gpus"]
+            low[: now_hi - lo] = pool["gpus"]
+            key = (pool["region"], pool["accelerator"])
+            price = GpuPrice(on_demand=pool["on_demand_price"], reserved=pool["reserved_price"])
+            level = optimal_commitment(low, price.reserved, price.on_demand)
+            planned = project_costs(
+                timestamps,
+                [PoolDemand(key[0], key[1], 1, expected)],
+                {key: price},
+                commitment={key: level},
+                period=kind,
+            )
+            at_low = project_costs(
+                timestamps,
+                [PoolDemand(key[0], key[1], 1, low)],
+                {key: price},
+                commitment={key: level},
+                period=kind,
+            )
+            for span in spans:
+                spend = planned.total(month=span.label)
+                idle_low = at_low.total(month=span.label).idle_reserved_gpu_hours
+                rows.append(
+                    {
+                        **span.columns(),
+                        "region": key[0],
+                        "accelerator": key[1],
+                        "reserved_gpus": level,
+                        "break_even": round(price.reserved / price.on_demand, 4),
+                        "on_demand_price": round(price.on_demand, 4),
+                        "reserved_price": round(price.reserved, 4),
+                        "gpu_hours": hours(spend.gpu_hours),
+                        "reserved_gpu_hours": hours(spend.reserved_gpu_hours),
+                        "reserved_used_gpu_hours": hours(spend.reserved_used_gpu_hours),
+                        "on_demand_gpu_hours": hours(spend.on_demand_gpu_hours),
+                        "idle_reserved_gpu_hours": hours(spend.idle_reserved_gpu_hours),
+                        "idle_reserved_gpu_hours_low": hours(idle_low),
+                        "cost_all_on_demand": money(spend.cost_all_on_demand),
+                        "cost_reserved": money(spend.cost_reserved),
+                        "cost_on_demand": money(spend.cost_on_demand),
+                        "cost": money(spend.cost_with_reservation),
+                        "saving": money(spend.saving),
+                    }
+                )
+        rows.sort(key=lambda r: (r["period"], r["region"], r["accelerator"]))
+        return Report(
+            plan_version=snapshot.plan.version,
+            snapshot=snapshot.pk,
+            period=kind,
+            horizon=count,
+            group_by=("region", "accelerator"),
+            columns=COMMITMENT_COLUMNS,
+            rows=rows,
+            notes=list(snapshot.notes),
+        )
+
+    return _cached(snapshot, "commitments", params, build)
+
+
+# -- the price of each promise ----------------------------------------------------------------
+
+PROMISE_COLUMNS = (
+    "scope",
+    "name",
+    "tier",
+    "promise",
+    "promised_load",
+    "share",
+    "price_per_hour",
+    "price_per_month",
+    "cost_per_hour_with",
+    "cost_per_hour_without",
+    "replicas_with",
+    "replicas_without",
+    "gpus_with",
+    "gpus_without",
+    "solver_status",
+)
+
+
+def _rung_summary(problem: dict[str, Any], solution: dict[str, Any]) -> dict[str, Any]:
+    gpus = {s["name"]: int(s["gpus"]) for s in problem.get("shapes", [])}
+    rows = [r for r in solution.get("replicas", []) if int(r["replicas"]) > 0]
+    return {
+        "cost_per_hour": float(solution.get("cost_per_hour") or 0.0),
+        "replicas": sum(int(r["replicas"]) for r in rows),
+        "gpus": sum(int(r["replicas"]) * gpus[r["shape"]] for r in rows),
+        "unserved_requests_per_s": float(solution.get("unserved_requests_per_s") or 0.0),
+        "solver_status": str(solution.get("status", "")),
+        "gap": float(solution.get("gap") or 0.0),
+    }
+
+
+def _ladder(plan: Plan, solve: Callable[[dict[str, Any]], dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each rung's summary; a rung no different from the one before is not solved again."""
+    out: list[dict[str, Any]] = []
+    before: dict[str, Any] | None = None
+    for rung, problem in promise_ladder(plan.problem):
+        if rung == "planned":
+            summary = _rung_summary(plan.problem, plan.solution)
+        elif before is not None and problem == before:
+            summary = dict(out[-1]["summary"])
+        else:
+            summary = _rung_summary(problem, solve(problem))
+        out.append({"rung": rung, "summary": summary})
+        before = problem
+    return out
+
+
+def _promise_weights(plan: Plan) -> dict[str, dict[str, Any]]:
+    """Per tenant: its tier and its promised load of each promise (``promise_weights`` summed
+    over its routed demands), in replicas' worth."""
+    problem = parse_problem(plan.problem)
+    demands = {d.id: d for d in problem.demands}
+    tier_of = {d["id"]: str(d.get("tier", "")) for d in plan.problem.get("demands", [])}
+    out: dict[str, dict[str, Any]] = {}
+    for d in problem.demands:
+        out.setdefault(d.tenant, {"tier": tier_of.get(d.id, ""), "zone": 0.0, "n+1": 0.0})
+        out[d.tenant].setdefault("burst", 0.0)
+    for row in plan.routing.all():
+        demand = demands.get(row.demand)
+        if demand is None:
+            continue
+        shape = problem.shape(row.shape)
+        load = row.requests_per_s * problem.request_cost_s(demand, shape) / shape.target_utilization
+        weights = promise_weights(
+            load, burst=demand.burst, promise_level=PROMISE_LEVEL[demand.promise]
+        )
+        for promise, weight in weights.items():
+            out[demand.tenant][promise] += weight
+    return dict(sorted(out.items()))
+
+
+def promise_pricing(*, plan: Plan | None = None) -> PromisePricing:
+    """The price of each promise for ``plan`` (the active plan by default), computed and stored
+    the first time: the plan's problem re-solved one promise lighter at a time
+    (``promise_ladder``), and each tenant's promised load to share each price by."""
+    if plan is None:
+        plan = selectors.plan_active_with_rows()
+        if plan is None:
+            raise NoActivePlan("No plan is active yet: run a re-plan.")
+    found = selectors.promise_pricing_find(plan=plan)
+    if found is not None:
+        return found
+    settings = replan_settings()
+    began = time.perf_counter()
+
+    def solve(problem: dict[str, Any]) -> dict[str, Any]:
+        return placement.solve(
+            problem,
+            time_limit_s=settings.time_limit_s,
+            workers=settings.solver_workers,
+            seed=settings.solver_seed,
+        )
+
+    pricing = PromisePricing(
+        plan=plan,
+        rungs=_ladder(plan, solve),
+        weights=_promise_weights(plan),
+        solve_seconds=time.perf_counter() - began,
+    )
+    try:
+        with transaction.atomic():
+            pricing.save()
+    except IntegrityError:
+        stored = selectors.promise_pricing_find(plan=plan)
+        if stored is None:
+            raise
+        return stored
+    return pricing
+
+
+def finance_promises() -> Report:
+    """What each promise (zone survival, N+1, burst headroom) costs per hour and per month
+    (``HOURS_PER_MONTH``): for the fleet (the ladder's steps), and for each tier and tenant its
+    share of each step by the load it promised (``promise_weights``), so tenants add up to
+    their tier and tiers to the fleet."""
+    plan = selectors.plan_active_with_rows()
+    if plan is None:
+        raise NoActivePlan("No plan is active yet: run a re-plan.")
+    pricing = promise_pricing(plan=plan)
+    tiers: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for weights in pricing.weights.values():
+        for promise in RUNG_PROMISE.values():
+            tiers[weights["tier"]][promise] += weights[promise]
+    totals = {p: sum(t[p] for t in tiers.values()) for p in RUNG_PROMISE.values()}
+    rows = []
+    steps = list(itertools.pairwise(pricing.rungs))
+    scopes: list[tuple[str, str, str, dict[str, float]]] = [("fleet", "fleet", "", totals)]
+    scopes += [("tier", name, name, dict(w)) for name, w in sorted(tiers.items())]
+    scopes += [("tenant", name, w["tier"], w) for name, w in pricing.weights.items()]
+    for scope, name, tier, weights in scopes:
+        for before, after in steps:
+            promise = RUNG_PROMISE[after["rung"]]
+            with_, without = before["summary"], after["summary"]
+            total = totals[promise]
+            share = weights[promise] / total if total > 0 else (1.0 if scope == "fleet" else 0.0)
+            price = (with_["cost_per_hour"] - without["cost_per_hour"]) * share
+            fleet = scope == "fleet"
+            rows.append(
+                {
+                    "scope": scope,
+                    "name": name,
+                    "tier": tier,
+                    "promise": promise,
+                    "promised_load": round(weights[promise], 4),
+                    "share": round(share, 6),
+                    "price_per_hour": money(price),
+                    "price_per_month": money(price * HOURS_PER_MONTH),
+                    "cost_per_hour_with": money(with_["cost_per_hour"]) if fleet else None,
+                    "cost_per_hour_without": money(without["cost_per_hour"]) if fleet else None,
+                    "replicas_with": with_["replicas"] if fleet else None,
+                    "replicas_without": without["replicas"] if fleet else None,
+                    "gpus_with": with_["gpus"] if fleet else None,
+                    "gpus_without": without["gpus"] if fleet else None,
+                    "solver_status": without["solver_status"],
+                }
+            )
+    return Report(
+        plan_version=plan.version,
+        snapshot=None,
+        period="month",
+        horizon=1,
+        group_by=("scope", "name"),
+        columns=PROMISE_COLUMNS,
+        rows=rows,
+        notes=[
+            f"Re-solved in {pricing.solve_seconds:.1f} s when first asked; "
+            f"a month is {HOURS_PER_MONTH} hours."
+        ],
+    )
+
+
+# -- OpenCost's allocation shape --------------------------------------------------------------
+
+# Checked against OpenCost's own source: core/pkg/opencost/allocation_json.go (AllocationJSON's
+# JSON names), core/pkg/opencost/window.go (a window is {"start", "end"} in RFC 3339),
+# core/pkg/opencost/allocation.go (IdleSuffix "__idle__") and pkg/costmodel/router.go (the
+# {"code", "status", "data"} response).
+OPENCOST_IDLE = "__idle__"
+
+
+def opencost_allocation(
+    *,
+    period: str = "month",
+    aggregate: Iterable[str] = ("region",),
+    horizon: int | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The forecast in OpenCost's allocation response shape: ``data`` holds one set per period,
+    each a mapping from the aggregate's name (values joined by "/", as OpenCost names a
+    multi-key aggregate) to an allocation with ``window``, ``start``, ``end``, ``minutes``,
+    ``gpuCount``, ``gpuHours``, ``gpuCost``, ``totalCost`` (CPU, RAM, storage and network
+    fields are zero: Headroom prices GPUs). The idle headroom tenant is ``__idle__``."""
+    groups = check_group_by(aggregate)
+    if not groups:
+        raise FinanceInputError("aggregate", f"name at least one of {', '.join(GROUPS)}")
+    report = finance_forecast(period=period, group_by=groups, horizon=horizon, now=now)
+    sets: dict[str, dict[str, Any]] = {}
+    order: list[str] = []
+    for row in report.rows:
+        label = row["period"]
+        if label not in sets:
+            sets[label] = {}
+            order.append(label)
+        parts = [OPENCOST_IDLE if row[g] == IDLE else str(row[g]) for g in groups]
+        name = "/".join(parts)
+        start, end = row["period_start"], row["period_end"]
+        minutes = (
+            datetime.fromisoformat(end).timestamp() - datetime.fromisoformat(start).timestamp()
+        ) / 60
+        zero = 0.0
+        sets[label][name] = {
+            "name": name,
+            "properties": {"labels": {g: str(row[g]) for g in groups}},
+            "window": {"start": start, "end": end},
+            "start": start,
+            "end": end,
+            "minutes": minutes,
+            "cpuCores": zero,
+            "cpuCoreHours": zero,
+            "cpuCost": zero,
+            "gpuCount": round(row["gpu_hours"] / (minutes / 60), 5) if minutes else zero,
+            "gpuHours": row["gpu_hours"],
+            "gpuCost": row["cost"],
+            "gpuCostAdjustment": zero,
+            "ramBytes": zero,
+            "ramByteHours": zero,
+            "ramCost": zero,
+            "pvCost": zero,
+            "networkCost": zero,
+            "loadBalancerCost": zero,
+            "sharedCost": zero,
+            "externalCost": zero,
+            "totalCost": row["cost"],
+        }
+    return {"code": 200, "status": "success", "data": [sets[label] for label in order]}
+
+
+# -- history ----------------------------------------------------------------------------------
+
+HISTORY_VALUES = ("hours_active", "replica_hours", "gpu_hours", "cost")
+
+
+def history_columns(group_by: Sequence[str]) -> tuple[str, ...]:
+    return (
+        "period",
+        "period_start",
+        "period_end",
+        *group_by,
+        "plan_versions",
+        "hours_active",
+        "replica_hours",
+        "gpu_hours",
+        "cost",
+        "planned_replica_hours",
+        "planned_cost",
+    )
+
+
+def finance_history(
+    *,
+    period: str = "month",
+    group_by: Iterable[str] = (),
+    horizon: int | None = None,
+    now: datetime | None = None,
+) -> Report:
+    """What was provisioned in each of the last ``horizon`` periods (the current one up to the
+    last whole hour before ``now``), from the plans that were active (their activation times), by group; beside it
+    what was planned for the period: the forecast of the earliest stored snapshot whose
+    horizon began at or before the period (None where there is none)."""
+    kind = _check_period(period)
+    groups = check_group_by(group_by)
+    count = _check_horizon(horizon, kind)
+    moment = now or timezone.now()
+    # Whole hours only: the hour under way is counted once it has ended, so a report is the
+    # same all hour (and CSV and JSON of it agree).
+    end_ts = int(moment.timestamp()) // HOUR_S * HOUR_S
+    # The last ``count`` periods ending with the current one.
+    starts = [int(period_starts(np.array([end_ts]), kind)[0])]
+    while len(starts) < count:
+        starts.insert(0, int(period_starts(np.array([starts[0] - 1]), kind)[0]))
+    spans = [PeriodSpan(period_label(s, kind), s, period_end(s, kind)) for s in starts]
+    atoms = _Atoms()
+    versions: dict[tuple[int, tuple[str, ...]], set[int]] = defaultdict(set)
+    timeline = selectors.plan_activation_timeline(before=moment)
+    for span_ in timeline:
+        plan = span_.plan
+        active_from = int(span_.start.timestamp())
+        active_to = int(span_.end.timestamp()) if span_.end is not None else end_ts
+        shares = _plan_tenant_shares(plan)
+        model_of = {str(sh["name"]): str(sh["model"]) for sh in plan.problem.get("shapes", [])}
+        for k, period_span in enumerate(spans):
+            lo, hi = max(active_from, period_span.start), min(active_to, period_span.end, end_ts)
+            if hi <= lo:
+                continue
+            overlap = (hi - lo) / HOUR_S
+            for row in plan.allocations.all():
+                parts = shares.get((row.region, row.shape)) or [(IDLE, "", 1.0)]
+                for tenant, tier, share in parts:
+                    values = {
+                        "hours_active": overlap,
+                        "replica_hours": share * row.replicas * overlap,
+                        "gpu_hours": share * row.replicas * row.gpus_per_replica * overlap,
+                        "cost": share * row.cost_per_hour * overlap,
+                    }
+                    attrs = {
+                        "region": row.region,
+                        "zone": row.zone,
+                        "accelerator": row.accelerator,
+                        "shape": row.shape,
+                        "model": model_of.get(row.shape, ""),
+                        "tenant": tenant,
+                        "tier": tier,
+                    }
+                    for name, value in attrs.items():
+                        atoms.attributes[name].append(value)
+                    atoms.period.append(k)
+                    for name, value in values.items():
+                        atoms.values[name].append(value)
+                    versions[(k, tuple(attrs[g] for g in groups))].add(plan.version)
+    grouped = _group(atoms, groups, HISTORY_VALUES)
+    hours_by_period: dict[int, float] = defaultdict(float)
+    for span_ in timeline:
+        active_from = int(span_.start.timestamp())
+        active_to = int(span_.end.timestamp()) if span_.end is not None else end_ts
+        for k, period_span in enumerate(spans):
+            lo, hi = max(active_from, period_span.start), min(active_to, period_span.end, end_ts)
+            if hi > lo:
+                hours_by_period[k] += (hi - lo) / HOUR_S
+    planned = _planned_for(spans, kind, groups)
+    rows = []
+    for k, key, _q, sums in grouped:
+        plan_row = planned.get((spans[k].label, key))
+        rows.append(
+            {
+                **spans[k].columns(),
+                **dict(zip(groups, key, strict=True)),
+                "plan_versions": ";".join(str(v) for v in sorted(versions[(k, key)])),
+                "hours_active": hours(hours_by_period[k]),
+                "replica_hours": hours(sums["replica_hours"]),
+                "gpu_hours": hours(sums["gpu_hours"]),
+                "cost": money(sums["cost"]),
+                "planned_replica_hours": (
+                    hours(plan_row["replica_hours"]) if plan_row is not None else None
+                ),
+                "planned_cost": money(plan_row["cost"]) if plan_row is not None else None,
+            }
+        )
+    active = selectors.plan_active_with_rows()
+    return Report(
+        plan_version=active.version if active is not None else 0,
+        snapshot=None,
+        period=kind,
+        horizon=count,
+        group_by=groups,
+        columns=history_columns(groups),
+        rows=rows,
+    )
+
+
+def _plan_tenant_shares(plan: Plan) -> dict[tuple[str, str], list[tuple[str, str, float]]]:
+    """Each region's shape's planned load split by tenant (replica-seconds at target)."""
+    try:
+        problem = parse_problem(plan.problem)
+    except ProblemInvalid:  # an invalid plan's problem has no routing to split
+        return {}
+    demands = {d.id: d for d in problem.demands}
+    tier_of = {d["id"]: str(d.get("tier", "")) for d in plan.problem.get("demands", [])}
+    weights: dict[tuple[str, str], dict[tuple[str, str], float]] = defaultdict(
+        lambda: defaultdict(float)
+    )
+    for row in plan.routing.all():
+        demand = demands.get(row.demand)
+        if demand is None:
+            continue
+        shape = problem.shape(row.shape)
+        weight = row.requests_per_s * problem.request_cost_s(demand, shape)
+        weights[(row.region, row.shape)][(demand.tenant, tier_of.get(row.demand, ""))] += weight
+    out = {}
+    for key, parts in weights.items():
+        total = sum(parts.values())
+        if total > 0:
+            out[key] = [(t, tier, w / total) for (t, tier), w in sorted(parts.items())]
+    return out
+
+
+def _planned_for(
+    spans: list[PeriodSpan], kind: Period, groups: tuple[str, ...]
+) -> dict[tuple[str, tuple[str, ...]], dict[str, float]]:
+    """What the earliest snapshot covering each period forecast for it, by group."""
+    out: dict[tuple[str, tuple[str, ...]], dict[str, float]] = {}
+    for span in spans:
+        start = datetime.fromtimestamp(span.start, tz=UTC)
+        for snapshot in selectors.snapshots_covering(start=start):
+            created = snapshot.created_at.timestamp()
+            if (
+                span.end > snapshot.start.timestamp() + snapshot.hours * HOUR_S
+                or created >= span.end
+            ):
+                continue
+            cells = _cells(snapshot, kind, start, 1, plan_first=span.start <= created)
+            atoms = _forecast_atoms(snapshot, cells, "tenant" in groups or "tier" in groups)
+            for _k, key, _q, sums in _group(atoms, groups, ("replica_hours", "cost")):
+                out[(span.label, key)] = sums
+            break
+    return out

@@ -1,0 +1,216 @@
+"""The serving metrics telemetry reads, each engine's names for them, and the range queries.
+
+Headroom stores every series under one canonical name (vLLM V1's exposition names, below) and
+reads them from the engine the fleet runs through a **name map**: the canonical name → the
+names that engine exposes, tried in order (the first that answers is used; an engine without
+the metric has none, and the figure stays unknown, never zero). Every map was checked against
+the engine's own source:
+
+- ``vllm-v1``: ``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger``), vLLM 0.10 (commit
+  005a810b). Labels ``model_name`` and ``engine`` on every series, ``finished_reason`` on
+  ``vllm:request_success``. The prefix-cache counters were called
+  ``vllm:gpu_prefix_cache_{queries,hits}`` before 0.9 (still exposed, deprecated, in 0.9–0.10)
+  and the KV gauge ``vllm:gpu_cache_usage_perc``: both are fallbacks. Token histograms use
+  ``build_1_2_5_buckets(max_model_len)``: their top finite bound is at most the context length.
+- ``vllm-v0``: ``vllm/engine/metrics.py`` (class ``Metrics``), the V0 engine (commit 00c33e81).
+  Label ``model_name``; KV usage is ``vllm:gpu_cache_usage_perc``; there are no prefix-cache
+  counters (the hit rate stays unknown); the TTFT buckets end at 10 s and the end-to-end ones
+  at 60 s.
+- ``sglang``: ``python/sglang/srt/metrics/collector.py`` (``TokenizerMetricsCollector`` and
+  ``SchedulerMetricsCollector``, commit 00ae9c15). Labels ``model_name`` (and ``engine_type``,
+  ``tp_rank`` …). Requests ``sglang:num_requests_total``; prefix-cache hits are
+  ``sglang:cached_tokens_total`` over ``sglang:prompt_tokens_total``; KV usage
+  ``sglang:token_usage``; the length histograms ``sglang:prompt_tokens_histogram`` and
+  ``sglang:generation_tokens_histogram`` exist only with ``--collect-tokens-histogram``.
+
+Tenant demand comes from a **gateway** in front of the pools where one is configured
+(``GATEWAYS``): per tenant, model and region, requests and prompt/output tokens, stored as
+``gateway:requests_total``, ``gateway:prompt_tokens_total``, ``gateway:output_tokens_total``.
+
+- ``litellm``: the LiteLLM proxy's Prometheus callback, ``litellm/integrations/prometheus.py``
+  with its labels in ``litellm/types/integrations/prometheus.py`` (``PrometheusMetricLabels``),
+  commits 002de3dd / 02672640: ``litellm_proxy_total_requests_metric`` (labels ``end_user``,
+  ``hashed_api_key``, ``api_key_alias``, ``requested_model``, ``team``, ``team_alias``, ``user``,
+  ``status_code``; counted here for 2xx only), ``litellm_input_tokens_metric`` and
+  ``litellm_output_tokens_metric`` (the same identity labels, ``model`` and
+  ``requested_model``). ``requested_model`` is the model name clients send (the pool's).
+
+Prometheus' client appends ``_total`` to a counter's name in the exposition (vLLM V1 defines
+``vllm:prompt_tokens`` and exposes ``vllm:prompt_tokens_total``): the names here are the
+exposed ones.
+
+Every canonical metric is asked for with one range query per stored series name, aggregated by
+the tenant, model and region labels (and ``le`` for histogram buckets), one point per bucket:
+a counter's ``increase`` over the bucket, a gauge's ``avg_over_time``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from controlplane.telemetry.conf import LabelConfig
+
+MetricKind = Literal["counter", "gauge", "histogram"]
+
+
+@dataclass(frozen=True)
+class MetricFamily:
+    """A serving metric by its canonical (stored) name. ``combine`` joins a gauge's instances
+    (sum, or avg for ratios)."""
+
+    name: str
+    kind: MetricKind
+    combine: Literal["sum", "avg"] = "sum"
+
+
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+REQUESTS = "vllm:request_success_total"
+PREEMPTIONS = "vllm:num_preemptions_total"
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+PROMPT_HIST = "vllm:request_prompt_tokens"
+OUTPUT_HIST = "vllm:request_generation_tokens"
+TTFT_HIST = "vllm:time_to_first_token_seconds"
+E2E_HIST = "vllm:e2e_request_latency_seconds"
+
+METRICS: tuple[MetricFamily, ...] = (
+    MetricFamily(RUNNING, "gauge"),
+    MetricFamily(WAITING, "gauge"),
+    MetricFamily(KV_USAGE, "gauge", combine="avg"),
+    MetricFamily(PROMPT_TOKENS, "counter"),
+    MetricFamily(GENERATION_TOKENS, "counter"),
+    MetricFamily(REQUESTS, "counter"),
+    MetricFamily(PREEMPTIONS, "counter"),
+    MetricFamily(PREFIX_QUERIES, "counter"),
+    MetricFamily(PREFIX_HITS, "counter"),
+    MetricFamily(PROMPT_HIST, "histogram"),
+    MetricFamily(OUTPUT_HIST, "histogram"),
+    MetricFamily(TTFT_HIST, "histogram"),
+    MetricFamily(E2E_HIST, "histogram"),
+)
+
+# Canonical name → the engine's exposed names, tried in order. A canonical name missing from
+# a map is a metric the engine does not have.
+NameMap = Mapping[str, tuple[str, ...]]
+
+VLLM_V1: NameMap = {
+    RUNNING: (RUNNING,),
+    WAITING: (WAITING,),
+    KV_USAGE: (KV_USAGE, "vllm:gpu_cache_usage_perc"),
+    PROMPT_TOKENS: (PROMPT_TOKENS,),
+    GENERATION_TOKENS: (GENERATION_TOKENS,),
+    REQUESTS: (REQUESTS,),
+    PREEMPTIONS: (PREEMPTIONS,),
+    PREFIX_QUERIES: (PREFIX_QUERIES, "vllm:gpu_prefix_cache_queries_total"),
+    PREFIX_HITS: (PREFIX_HITS, "vllm:gpu_prefix_cache_hits_total"),
+    PROMPT_HIST: (PROMPT_HIST,),
+    OUTPUT_HIST: (OUTPUT_HIST,),
+    TTFT_HIST: (TTFT_HIST,),
+    E2E_HIST: (E2E_HIST,),
+}
+
+VLLM_V0: NameMap = {
+    RUNNING: (RUNNING,),
+    WAITING: (WAITING,),
+    KV_USAGE: ("vllm:gpu_cache_usage_perc",),
+    PROMPT_TOKENS: (PROMPT_TOKENS,),
+    GENERATION_TOKENS: (GENERATION_TOKENS,),
+    REQUESTS: (REQUESTS,),
+    PREEMPTIONS: (PREEMPTIONS,),
+    PROMPT_HIST: (PROMPT_HIST,),
+    OUTPUT_HIST: (OUTPUT_HIST,),
+    TTFT_HIST: (TTFT_HIST,),
+    E2E_HIST: (E2E_HIST,),
+}
+
+SGLANG: NameMap = {
+    RUNNING: ("sglang:num_running_reqs",),
+    WAITING: ("sglang:num_queue_reqs",),
+    KV_USAGE: ("sglang:token_usage",),
+    PROMPT_TOKENS: ("sglang:prompt_tokens_total",),
+    GENERATION_TOKENS: ("sglang:generation_tokens_total",),
+    REQUESTS: ("sglang:num_requests_total",),
+    PREFIX_QUERIES: ("sglang:prompt_tokens_total",),
+    PREFIX_HITS: ("sglang:cached_tokens_total",),
+    PROMPT_HIST: ("sglang:prompt_tokens_histogram",),
+    OUTPUT_HIST: ("sglang:generation_tokens_histogram",),
+    TTFT_HIST: ("sglang:time_to_first_token_seconds",),
+    E2E_HIST: ("sglang:e2e_request_latency_seconds",),
+}
+
+ENGINES: dict[str, NameMap] = {"vllm-v1": VLLM_V1, "vllm-v0": VLLM_V0, "sglang": SGLANG}
+
+GATEWAY_REQUESTS = "gateway:requests_total"
+GATEWAY_PROMPT_TOKENS = "gateway:prompt_tokens_total"
+GATEWAY_OUTPUT_TOKENS = "gateway:output_tokens_total"
+GATEWAY_METRICS = (GATEWAY_REQUESTS, GATEWAY_PROMPT_TOKENS, GATEWAY_OUTPUT_TOKENS)
+
+# Gateway → stored name → the counter selector it reads.
+GATEWAYS: dict[str, dict[str, str]] = {
+    "litellm": {
+        GATEWAY_REQUESTS: 'litellm_proxy_total_requests_metric_total{status_code=~"2.."}',
+        GATEWAY_PROMPT_TOKENS: "litellm_input_tokens_metric_total",
+        GATEWAY_OUTPUT_TOKENS: "litellm_output_tokens_metric_total",
+    }
+}
+
+
+@dataclass(frozen=True)
+class Query:
+    """One range query: the series name it stores and its PromQL, with the PromQL of each
+    fallback name to try, in order, when it answers no series at all."""
+
+    metric: str
+    promql: str
+    by_le: bool = False
+    fallbacks: tuple[str, ...] = ()
+
+
+def gateway_queries(labels: LabelConfig, bucket_s: int, gateway: str) -> list[Query]:
+    """The range queries of a gateway's tenant demand (none without a gateway)."""
+    if not gateway:
+        return []
+    by = ", ".join(labels.names)
+    return [
+        Query(stored, f"sum by ({by}) (increase({selector}[{bucket_s}s]))")
+        for stored, selector in GATEWAYS[gateway].items()
+    ]
+
+
+def _promql(family: MetricFamily, exposed: str, suffix: str, by: str, window: str) -> str:
+    if family.kind == "gauge":
+        return f"{family.combine} by ({by}) (avg_over_time({exposed}{window}))"
+    if suffix == "_bucket":
+        return f"sum by ({by}, le) (increase({exposed}{suffix}{window}))"
+    return f"sum by ({by}) (increase({exposed}{suffix}{window}))"
+
+
+def pull_queries(labels: LabelConfig, bucket_s: int, engine: str = "vllm-v1") -> list[Query]:
+    """The range queries of one pull, one per stored series name (histograms give three);
+    metrics the engine does not have are not asked for."""
+    names = ENGINES[engine]
+    by = ", ".join(labels.names)
+    window = f"[{bucket_s}s]"
+    queries: list[Query] = []
+    for family in METRICS:
+        exposed = names.get(family.name, ())
+        if not exposed:
+            continue
+        suffixes = ("",) if family.kind != "histogram" else ("_bucket", "_sum", "_count")
+        for suffix in suffixes:
+            promqls = [_promql(family, name, suffix, by, window) for name in exposed]
+            queries.append(
+                Query(
+                    family.name + suffix,
+                    promqls[0],
+                    by_le=suffix == "_bucket",
+                    fallbacks=tuple(promqls[1:]),
+                )
+            )
+    return queries

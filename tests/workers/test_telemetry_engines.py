@@ -1,0 +1,190 @@
+"""Each engine's name map against its real exposition, through the real Prometheus binary.
+
+Three expositions generated with ``prometheus_client`` from the engines' own metric
+definitions (``tests/workers/engine_expositions.py``: vLLM V1, vLLM V0, SGLang) serve the same
+request stream; Prometheus scrapes them every second and adds the region and zone as target
+labels, as a scrape config does for a pool (the engines themselves label only ``model_name``
+and ``engine``). Headroom pulls each with its name map and derives the pools' figures.
+Skipped when no ``prometheus`` binary is on PATH (CI installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane.fleet.models import LlmModel
+from controlplane.telemetry.derive import workload_profiles_derive
+from controlplane.telemetry.metrics import KV_USAGE, PREFIX_HITS, REQUESTS
+from controlplane.telemetry.models import ObservedWorkload, RunStatus, TelemetrySeries
+from controlplane.telemetry.pull import telemetry_pull
+from tests.controlplane.telemetry_fakes import make_fleet
+from tests.workers.engine_expositions import (
+    Engine,
+    LiteLlm,
+    Sglang,
+    Stream,
+    VllmV0,
+    VllmV1,
+    serve_exposition,
+)
+from tests.workers.live_services import PROMETHEUS, free_port, start_prometheus, stop, wait_for_url
+
+BUCKET_S = 5
+MEASURE_S = 3 * BUCKET_S
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus binary on PATH (CI installs it)"),
+]
+
+
+def _wait_for_targets(prom_url: str, targets: int, deadline_s: float) -> None:
+    """Until every target has been scraped twice ("ready" comes before the first scrape)."""
+    query = urllib.parse.urlencode({"query": "count_over_time(up[1m])"})
+    end = time.time() + deadline_s
+    while time.time() < end:
+        try:
+            with urllib.request.urlopen(f"{prom_url}/api/v1/query?{query}", timeout=2) as answer:
+                result = json.loads(answer.read())["data"]["result"]
+            if len(result) == targets and min(float(r["value"][1]) for r in result) >= 2:
+                return
+        except (urllib.error.URLError, OSError, KeyError, ValueError):
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"Prometheus at {prom_url} did not scrape {targets} targets in time")
+
+
+@pytest.fixture
+def engines(tmp_path: Path) -> Iterator[tuple[str, list[Engine]]]:
+    """(Prometheus URL, the engines), all serving, with a request stream running."""
+    served: list[Engine] = [
+        VllmV1("chat-70b-v1"),
+        VllmV0("chat-70b-v0"),
+        Sglang("chat-70b-sglang"),
+        # LiteLLM in front of the V1 pool, its tenants told apart by API key alias.
+        LiteLlm("chat-70b-v1", {"northwind": 0.6, "fabrikam": 0.4}),
+    ]
+    ports = [free_port() for _ in served]
+    stoppers = [serve_exposition(engine, port) for engine, port in zip(served, ports, strict=True)]
+    prom_port = free_port()
+    labels = {"region": "eu-west", "zone": "eu-west-1a"}
+    prom = start_prometheus(
+        port=prom_port, workdir=tmp_path, targets=[(port, labels) for port in ports]
+    )
+    prom_url = f"http://127.0.0.1:{prom_port}"
+    try:
+        with Stream(served, per_tick=20):
+            wait_for_url(prom_url + "/-/ready", 30, prom)
+            _wait_for_targets(prom_url, len(served), 30)
+            yield prom_url, served
+    finally:
+        stop(prom)
+        for stopper in stoppers:
+            stopper()
+
+
+def _grid(moment: float) -> datetime:
+    return datetime.fromtimestamp(math.floor(moment / BUCKET_S) * BUCKET_S, tz=UTC)
+
+
+@pytest.mark.django_db
+def test_each_engines_exposition_reads_through_prometheus_under_its_name_map(
+    engines: tuple[str, list[Engine]], settings: Any
+) -> None:
+    prom_url, served = engines
+    settings.HEADROOM_PROMETHEUS_URL = prom_url
+    settings.HEADROOM_TELEMETRY_BUCKET_S = BUCKET_S
+    settings.HEADROOM_TELEMETRY_PEAK_S = BUCKET_S
+    settings.HEADROOM_TELEMETRY_MIN_REQUESTS = 50
+    settings.HEADROOM_TELEMETRY_GATEWAY = "litellm"
+    make_fleet(("northwind", "eu-west"), ("fabrikam", "eu-west"))
+    *served, gateway = served
+    assert isinstance(gateway, LiteLlm)
+    for engine in served:
+        LlmModel.objects.create(
+            name=engine.model, parameters_billions=70, layers=80, kv_heads=8, head_dim=128
+        )
+    began = time.time()
+    time.sleep(max(0.0, _grid(began).timestamp() + BUCKET_S + MEASURE_S + 2 - time.time()))
+    start, end = _grid(began + BUCKET_S), _grid(time.time() - 2)
+
+    for engine in served:
+        settings.HEADROOM_TELEMETRY_ENGINE = engine.name
+        pull = telemetry_pull(window_start=start, window_end=end)
+        assert pull.status == RunStatus.SUCCEEDED, pull.error
+        assert pull.unknown_labels == [] and pull.skipped_series == 0
+    run = workload_profiles_derive(window_start=start, window_end=end)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+
+    # Every pool's engine series carry the model and the region from the target labels, no
+    # tenant; the gateway's carry the tenant.
+    for engine in served:
+        stored = TelemetrySeries.objects.filter(model=engine.model).exclude(
+            metric__startswith="gateway:"
+        )
+        assert {(s.tenant, s.region) for s in stored} == {("", "eu-west")}, engine.name
+        assert stored.filter(metric=REQUESTS).exists() and stored.filter(metric=KV_USAGE).exists()
+    assert set(
+        TelemetrySeries.objects.filter(metric__startswith="gateway:").values_list(
+            "tenant", "model", "region"
+        )
+    ) == {("northwind", "chat-70b-v1", "eu-west"), ("fabrikam", "chat-70b-v1", "eu-west")}
+    v1, v0, sglang = (ObservedWorkload.objects.get(model=e.model, tenant="") for e in served)
+
+    # The same stream on all three: ~200 requests/s, the same mean lengths (from _sum/_count).
+    window_s = (end - start).total_seconds()
+    for observed in (v1, v0, sglang):
+        assert observed.mean_requests_per_s == pytest.approx(200, rel=0.2), observed.model
+        assert observed.requests == pytest.approx(200 * window_s, rel=0.2)
+    truth = served[0].truth
+    true_prompt = truth.prompt_tokens / truth.requests
+    true_output = truth.output_tokens / truth.requests
+    for observed in (v1, v0, sglang):
+        assert observed.prompt_tokens_mean == pytest.approx(true_prompt, rel=0.1)
+        assert observed.output_tokens_mean == pytest.approx(true_output, rel=0.1)
+        assert observed.prompt_tokens_mean == pytest.approx(v1.prompt_tokens_mean, rel=0.05)
+
+    # KV usage: V1's kv_cache_usage_perc, V0's gpu_cache_usage_perc, SGLang's token_usage.
+    for observed, engine in zip((v1, v0, sglang), served, strict=True):
+        assert observed.kv_cache_usage_mean == pytest.approx(engine.kv_usage), engine.name
+
+    # Prefix-cache hits: V1's counters and SGLang's cached tokens give ~30%; V0 has no
+    # counters: unknown, not 0.
+    true_hit = truth.cached_tokens / truth.prompt_tokens
+    assert v1.prefix_cache_hit_rate == pytest.approx(true_hit, abs=0.02)
+    assert sglang.prefix_cache_hit_rate == pytest.approx(true_hit, abs=0.02)
+    assert v0.prefix_cache_hit_rate is None
+    assert not TelemetrySeries.objects.filter(model=served[1].model, metric=PREFIX_HITS).exists()
+
+    # vLLM's prompt buckets end at 2,000 (1-2-5 up to max_model_len 4,096): p95 and p99 lie
+    # beyond, so they are censored, never read as 2,000 tokens. SGLang's buckets reach 1.1M.
+    for observed in (v1, v0):
+        assert {"prompt_tokens_p95", "prompt_tokens_p99"} <= set(observed.censored)
+        assert observed.prompt_tokens_p99 == pytest.approx(2000.0)
+    assert sglang.censored == []
+    assert sglang.prompt_tokens_p99 > 4000
+
+    # LiteLLM attributes the V1 pool's demand to its tenants: each one's rate and mean lengths
+    # are its own (60/40 of the stream); the pool's series are its capacity signals.
+    for alias, share in gateway.share.items():
+        tenant = ObservedWorkload.objects.get(model="chat-70b-v1", tenant=alias)
+        assert tenant.profile is not None and tenant.profile.pool_tenants == []
+        assert tenant.mean_requests_per_s == pytest.approx(share * v1.mean_requests_per_s, rel=0.1)
+        own = gateway.tenants[alias]
+        assert tenant.prompt_tokens_mean == pytest.approx(own.prompt_tokens / own.requests, rel=0.1)
+        assert tenant.prefix_cache_hit_rate == pytest.approx(v1.prefix_cache_hit_rate)
+        assert tenant.kv_cache_usage_mean is None  # a pool's figure, not a tenant's
+    assert {"series": "/chat-70b-v1/eu-west/observed", "reason": "pool capacity signals only"} in (
+        run.skipped
+    )
