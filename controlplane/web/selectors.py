@@ -14,8 +14,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Q, QuerySet
+from django.urls import reverse
 from django.utils import timezone
 
+from controlplane.finance import services as finance
 from controlplane.fleet.models import Region, ReplicaShape
 from controlplane.fleet.selectors import planning_figures
 from controlplane.plans.models import Plan, PlanDecision, ReplanRun
@@ -658,3 +660,97 @@ def drift_alert_rows(*, status: str | None) -> list[AlertRow]:
 
 def shapes_count() -> int:
     return ReplicaShape.objects.count()
+
+
+# -- finance ------------------------------------------------------------------------------------
+
+FINANCE_GROUPS = ("region", "accelerator")
+
+
+@dataclass(frozen=True)
+class FinanceTable:
+    """One finance report as a table, with the API address its CSV downloads from."""
+
+    key: str
+    title: str
+    columns: tuple[str, ...]
+    rows: list[dict[str, Any]]
+    csv_url: str
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class FinancePage:
+    error: str
+    plan_version: int | None
+    totals: list[tuple[datetime, float, float, float]]
+    by_accelerator: dict[str, list[tuple[datetime, float]]]
+    tables: list[FinanceTable]
+
+
+def _period_start(row: Mapping[str, Any]) -> datetime:
+    return datetime.fromisoformat(str(row["period_start"]).replace("Z", "+00:00"))
+
+
+def _table(key: str, title: str, report: finance.Report, url_name: str, query: str) -> FinanceTable:
+    return FinanceTable(
+        key=key,
+        title=title,
+        columns=tuple(report.columns),
+        rows=list(report.rows),
+        csv_url=f"{reverse(url_name)}?format=csv{query}",
+        notes=list(report.notes),
+    )
+
+
+def finance_page() -> FinancePage:
+    """Cost by month by region and GPU type (with the band's edges), commitments and the price
+    of each promise: the finance services' reports, as the API serves them."""
+    try:
+        forecast = finance.finance_forecast(period="month", group_by=FINANCE_GROUPS)
+        commitments = finance.finance_commitments(period="month")
+        promises = finance.finance_promises()
+    except finance.NoActivePlan as exc:
+        return FinancePage(str(exc), None, [], {}, [])
+    totals: dict[datetime, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    by_acc: dict[str, dict[datetime, float]] = defaultdict(lambda: defaultdict(float))
+    for row in forecast.rows:
+        start = _period_start(row)
+        totals[start][0] += float(row["cost"] or 0.0)
+        totals[start][1] += float(row["cost_low"] or 0.0)
+        totals[start][2] += float(row["cost_high"] or 0.0)
+        by_acc[str(row["accelerator"])][start] += float(row["cost"] or 0.0)
+    group_query = "&period=month&group_by=" + ",".join(FINANCE_GROUPS)
+    return FinancePage(
+        error="",
+        plan_version=forecast.plan_version,
+        totals=[(t, v[0], v[1], v[2]) for t, v in sorted(totals.items())],
+        by_accelerator={a: sorted(points.items()) for a, points in sorted(by_acc.items())},
+        tables=[
+            _table(
+                "forecast",
+                "Cost by month, region and GPU type",
+                forecast,
+                "finance-forecast",
+                group_query,
+            ),
+            _table(
+                "commitments",
+                "Commitments: reserved GPUs per region and GPU type",
+                commitments,
+                "finance-commitments",
+                "&period=month",
+            ),
+            _table("promises", "The price of each promise", promises, "finance-promises", ""),
+        ],
+    )
+
+
+def tenant_cost(tenant: Tenant) -> tuple[list[dict[str, Any]], str]:
+    """The tenant's showback lines by month (usage, idle share, cost, per million tokens), or
+    an empty list with the reason."""
+    try:
+        report = finance.finance_showback(period="month")
+    except finance.NoActivePlan as exc:
+        return [], str(exc)
+    return [row for row in report.rows if row.get("tenant") == tenant.name], ""

@@ -17,6 +17,7 @@ urlpatterns = [
     path("tenants/<slug:name>/", views.tenant_detail, name="tenant"),
     path("what-if/", views.whatif, name="whatif"),
     path("drift/", views.drift_alerts, name="drift"),
+    path("finance/", views.finance_overview, name="finance"),
     path(
         "login/",
         auth_views.LoginView.as_view(

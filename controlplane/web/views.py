@@ -222,6 +222,7 @@ def tenant_detail(request: HttpRequest, name: str) -> HttpResponse:
             "page": page,
             "tier_text": tier_label(tenant.tier),
             "charts": _tenant_charts(page),
+            "cost": selectors.tenant_cost(tenant),
             "is_policy_admin": _is_policy_admin(request),
             "nav": "tenants",
         },
@@ -292,3 +293,35 @@ def drift_alerts(request: HttpRequest) -> HttpResponse:
             "nav": "drift",
         },
     )
+
+
+@role_required()
+def finance_overview(request: HttpRequest) -> HttpResponse:
+    page = selectors.finance_page()
+    figures = []
+    if page.totals:
+        figures = [
+            {
+                "title": "Cost per month, all regions",
+                "svg": charts.line_chart(
+                    title="Cost per month, all regions",
+                    unit="$ per month",
+                    chart_id="finance-total",
+                    series=[
+                        charts.Series("planned", [(t, c) for t, c, _, _ in page.totals]),
+                        charts.Series("band low", [(t, lo) for t, _, lo, _ in page.totals]),
+                        charts.Series("band high", [(t, hi) for t, _, _, hi in page.totals]),
+                    ],
+                ),
+            },
+            {
+                "title": "Cost per month by GPU type",
+                "svg": charts.line_chart(
+                    title="Cost per month by GPU type",
+                    unit="$ per month",
+                    chart_id="finance-gpu",
+                    series=[charts.Series(a, p) for a, p in page.by_accelerator.items()],
+                ),
+            },
+        ]
+    return render(request, "web/finance.html", {"page": page, "charts": figures, "nav": "finance"})

@@ -10,6 +10,7 @@ Needs Chromium at ``HEADROOM_CHROMIUM`` (default ``/usr/bin/chromium``, Debian's
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 from collections.abc import Iterator
@@ -192,6 +193,27 @@ def test_approving_a_plan_with_a_reason_changes_the_fleet_overview(
     page.context.close()
 
 
+def test_finance_downloads_a_csv_that_matches_the_api(
+    browser: Any, live_server: Any, users: dict[str, User], fleet_with_plans: Any
+) -> None:
+    page = _page(browser, live_server, "finance-user")
+    page.click("nav[aria-label=Main] >> text=Finance")
+    page.wait_for_selector("a[data-csv=forecast]")
+    _shot(page, "finance")
+    with page.expect_download() as info:
+        page.click("a[data-csv=forecast]")
+    with open(info.value.path(), newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    href = page.get_attribute("a[data-csv=forecast]", "href")
+    assert href is not None
+    api = page.request.get(f"{live_server.url}{href.replace('format=csv', 'format=json')}").json()
+    assert len(rows) == len(api["rows"]) > 0
+    for row, expected in zip(rows, api["rows"], strict=True):
+        assert float(row["cost"]) == pytest.approx(float(expected["cost"]))
+        assert row["region"] == expected["region"] and row["period"] == expected["period"]
+    page.context.close()
+
+
 def test_screenshots_of_every_page_for_each_role(
     browser: Any, live_server: Any, users: dict[str, User], fleet_with_plans: Any
 ) -> None:
@@ -205,6 +227,7 @@ def test_screenshots_of_every_page_for_each_role(
         "tenant": "/tenants/nordlicht-versicherung/",
         "whatif": "/what-if/",
         "drift": "/drift/",
+        "finance": "/finance/",
     }
     for role, username in (
         (POLICY_ADMIN, "admin-user"),

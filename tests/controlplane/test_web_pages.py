@@ -4,6 +4,10 @@ counts that do not grow with the fleet."""
 
 from __future__ import annotations
 
+import csv
+import html
+import io
+import re
 from typing import Any
 
 import pytest
@@ -252,6 +256,30 @@ def test_whatif_refuses_an_infinite_factor_keeping_the_value(
     body = response.content.decode()
     assert "Enter a finite number" in body
     assert 'value="1e309"' in body
+
+
+def test_finance_page_tables_download_as_the_api_serves_them(
+    role_users: dict[str, User | None], plans: tuple[Plan, Plan]
+) -> None:
+    client = client_for(role_users[FINANCE])
+    body = client.get("/finance/").content.decode()
+    assert "Cost by month, region and GPU type" in body and "The price of each promise" in body
+    links = re.findall(r'href="(/api/finance/[^"]+format=csv[^"]*)"', body)
+    assert len(links) == 3
+    for link in links:
+        url = html.unescape(link)
+        download = client.get(url)
+        assert download.status_code == 200 and download["Content-Type"].startswith("text/csv")
+        rows = list(csv.DictReader(io.StringIO(download.content.decode())))
+        api = client.get(url.replace("format=csv", "format=json")).json()
+        assert [list(r) for r in rows[:1]] == [list(api["columns"])][: len(rows[:1])]
+        assert len(rows) == len(api["rows"]) and rows
+        for row, expected in zip(rows, api["rows"], strict=True):
+            for column in api["columns"]:
+                value = expected[column]
+                assert row[column] == ("" if value is None else str(value)), (url, column)
+    tenant = client.get("/tenants/nordlicht-versicherung/").content.decode()
+    assert "Showback by month" in tenant
 
 
 def _queries(client: Client, url: str) -> int:
