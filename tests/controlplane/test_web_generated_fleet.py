@@ -34,6 +34,7 @@ def test_every_page_renders_on_the_generated_fleet(role_users: dict[str, User | 
         "/what-if/",
         f"/what-if/?tenant={tenant.name}",
         "/drift/?status=all",
+        "/finance/",
     ]
     for role in (POLICY_ADMIN, FINANCE, VIEWER):
         client = Client()
