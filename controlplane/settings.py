@@ -33,7 +33,8 @@ ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "te
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # The admin on Headroom's site (policy work first on its index).
+    "controlplane.web.admin_site.HeadroomAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -53,6 +54,7 @@ INSTALLED_APPS = [
     "controlplane.telemetry",
     "controlplane.benchmarks",
     "controlplane.emission",
+    "controlplane.web",
     "controlplane.pipeline",
     "controlplane.finance",
     "axes",
@@ -136,6 +138,12 @@ STORAGES = {
         )
     },
 }
+
+# Sign-in: the operators' login page, and the fleet overview after it (also for the API's
+# session login at /api/auth/login/ when no ?next= is given).
+LOGIN_URL = "web:login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "web:login"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
