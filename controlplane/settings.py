@@ -33,7 +33,8 @@ ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "te
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # The admin on Headroom's site (policy work first on its index).
+    "controlplane.web.admin_site.HeadroomAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -53,6 +54,7 @@ INSTALLED_APPS = [
     "controlplane.telemetry",
     "controlplane.benchmarks",
     "controlplane.emission",
+    "controlplane.web",
     "controlplane.pipeline",
     "controlplane.finance",
     "axes",
@@ -137,6 +139,12 @@ STORAGES = {
     },
 }
 
+# Sign-in: the operators' login page, and the fleet overview after it (also for the API's
+# session login at /api/auth/login/ when no ?next= is given).
+LOGIN_URL = "web:login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "web:login"
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
@@ -178,6 +186,10 @@ SPECTACULAR_SETTINGS = {
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "")
 CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", "")
 CELERY_TASK_ALWAYS_EAGER = CELERY_BROKER_URL == ""
+# Without a broker, tasks declared isolated (those that start Ray) run in a child process, not
+# in the web request that sent them (controlplane/core/isolated.py). The test suite runs them
+# in-process on its own database; its isolation test turns this back on.
+HEADROOM_ISOLATE_TASKS = envbool("HEADROOM_ISOLATE_TASKS", True)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

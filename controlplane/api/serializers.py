@@ -15,7 +15,7 @@ from typing import Any
 from django.db.models import Model
 from rest_framework import serializers
 
-from controlplane.api.services import record_save, tenant_save
+from controlplane.api.services import record_save
 from controlplane.core.serializers import StrictModelSerializer
 from controlplane.fleet.models import (
     AcceleratorType,
@@ -30,6 +30,7 @@ from controlplane.fleet.models import (
     ZoneInventory,
 )
 from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
+from controlplane.policies.services import tenant_save
 from planner.errors import PlannerInputError
 
 # Provenance documents describe a benchmark run; deeper nesting than this is a mistake, and

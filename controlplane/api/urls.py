@@ -7,8 +7,11 @@ from rest_framework.routers import DefaultRouter
 from controlplane.api import viewsets
 from controlplane.api.auth import AuthTokenView
 from controlplane.api.docs import SwaggerUIView, swagger_ui_asset
+from controlplane.api.roots import HeadroomAPIRoot
 
 router = DefaultRouter()
+# The root links the plans, telemetry, emission and benchmarks parts too.
+router.APIRootView = HeadroomAPIRoot
 router.register("geographies", viewsets.GeographyViewSet, basename="geography")
 router.register("regions", viewsets.RegionViewSet, basename="region")
 router.register("zones", viewsets.ZoneViewSet, basename="zone")

@@ -11,7 +11,9 @@ from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.db import router, transaction
 from django.db.models import F
+from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse
+from django.utils.functional import cached_property
 from simple_history.admin import SimpleHistoryAdmin
 
 from controlplane.core.records import Revisioned
@@ -82,6 +84,12 @@ class RevisionCheckedForm(forms.ModelForm[_RevisionedT]):
                     stored if stored is not None else self.instance.revision
                 )
 
+    @cached_property
+    def changed_data(self) -> list[str]:
+        # The revision the editor saw is not a change: without this, every save of an
+        # unchanged record counts as changed (new revision, empty history row).
+        return [name for name in super().changed_data if name != "expected_revision"]
+
     def _stored_revision(self, *, lock: bool) -> int | None:
         rows = type(self.instance)._default_manager.filter(pk=self.instance.pk)
         if lock:
@@ -114,10 +122,21 @@ class RevisionCheckedForm(forms.ModelForm[_RevisionedT]):
         return cleaned
 
 
+def reverting(request: HttpRequest) -> bool:
+    """Whether ``request`` is a revert from a record's history (``history_form_view``)."""
+    return bool(getattr(request, "_headroom_reverting", False))
+
+
 class RevisionedAdmin(SimpleHistoryAdmin):
-    """Admin for a ``Revisioned`` model: shows the revision, checks it on save."""
+    """Admin for a ``Revisioned`` model: shows the revision, checks it on save, and saves
+    nothing when nothing changed (no new revision, no empty history row)."""
 
     form = RevisionCheckedForm
+
+    def save_model(self, request: HttpRequest, obj: Any, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
+        if change and not form.has_changed() and not reverting(request):
+            return
+        super().save_model(request, obj, form, change)  # type: ignore[no-untyped-call]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [*super().get_readonly_fields(request, obj), "revision"]
@@ -129,6 +148,9 @@ class RevisionedAdmin(SimpleHistoryAdmin):
         version_id: str,
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
+        # A revert's form starts from the history entry, so "unchanged" there still differs
+        # from the stored record: it is saved.
+        request._headroom_reverting = True  # type: ignore[attr-defined]
         # Reverting saves through the form, whose revision check locks the row: that needs
         # a transaction, which the change view has and this view does not.
         with transaction.atomic(using=router.db_for_write(self.model)):

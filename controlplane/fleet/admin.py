@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 from simple_history.admin import SimpleHistoryAdmin
 
+from controlplane.fleet.admin_forms import HumanFieldsMixin
 from controlplane.fleet.models import (
     AcceleratorType,
     CapacityFigure,
@@ -31,10 +32,6 @@ from controlplane.fleet.models import (
     ZoneInventory,
 )
 from planner.capacity.memory import MIB
-
-admin.site.site_header = "Headroom administration"
-admin.site.site_title = "Headroom admin"
-admin.site.index_title = "Fleet and policy"
 
 
 def _llm_model_complete(model: LlmModel | None) -> bool:
@@ -61,7 +58,7 @@ def _shape_complete(shape: ReplicaShape) -> bool:
 
 
 @admin.register(Geography)
-class GeographyAdmin(SimpleHistoryAdmin):
+class GeographyAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = ["name", "description", "region_count"]
     # Explicit: an annotated (GROUP BY) queryset drops Meta.ordering, and autocomplete pages.
     ordering = ["name"]
@@ -76,7 +73,7 @@ class GeographyAdmin(SimpleHistoryAdmin):
         return int(getattr(obj, "_region_count", 0))
 
 
-class ZoneInline(admin.TabularInline[Zone, Region]):
+class ZoneInline(HumanFieldsMixin, admin.TabularInline[Zone, Region]):
     model = Zone
     fields = ["name", "state"]
     extra = 0
@@ -84,7 +81,7 @@ class ZoneInline(admin.TabularInline[Zone, Region]):
 
 
 @admin.register(Region)
-class RegionAdmin(SimpleHistoryAdmin):
+class RegionAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = ["name", "geography", "price_multiplier", "zone_count"]
     ordering = ["name"]
     list_filter = ["geography"]
@@ -102,7 +99,7 @@ class RegionAdmin(SimpleHistoryAdmin):
         return int(getattr(obj, "_zone_count", 0))
 
 
-class ZoneInventoryInline(admin.TabularInline[ZoneInventory, Zone]):
+class ZoneInventoryInline(HumanFieldsMixin, admin.TabularInline[ZoneInventory, Zone]):
     model = ZoneInventory
     fields = ["accelerator", "gpus_available"]
     autocomplete_fields = ["accelerator"]
@@ -110,7 +107,7 @@ class ZoneInventoryInline(admin.TabularInline[ZoneInventory, Zone]):
 
 
 @admin.register(Zone)
-class ZoneAdmin(SimpleHistoryAdmin):
+class ZoneAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = ["name", "region", "geography", "state"]
     list_filter = ["state", "region__geography", "region"]
     search_fields = ["name", "region__name"]
@@ -124,7 +121,7 @@ class ZoneAdmin(SimpleHistoryAdmin):
 
 
 @admin.register(RegionLink)
-class RegionLinkAdmin(SimpleHistoryAdmin):
+class RegionLinkAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = ["region_a", "region_b", "rtt_ms"]
     list_filter = ["region_a__geography", "region_a"]
     search_fields = ["region_a__name", "region_b__name"]
@@ -133,7 +130,7 @@ class RegionLinkAdmin(SimpleHistoryAdmin):
 
 
 @admin.register(AcceleratorType)
-class AcceleratorTypeAdmin(SimpleHistoryAdmin):
+class AcceleratorTypeAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = [
         "name",
         "memory_gb",
@@ -157,7 +154,7 @@ class AcceleratorTypeAdmin(SimpleHistoryAdmin):
 
 
 @admin.register(ZoneInventory)
-class ZoneInventoryAdmin(SimpleHistoryAdmin):
+class ZoneInventoryAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = ["zone", "region", "accelerator", "gpus_available"]
     list_filter = ["accelerator", "zone__region__geography", "zone__region"]
     search_fields = ["zone__name", "zone__region__name", "accelerator__name"]
@@ -170,7 +167,7 @@ class ZoneInventoryAdmin(SimpleHistoryAdmin):
 
 
 @admin.register(LlmModel)
-class LlmModelAdmin(SimpleHistoryAdmin):
+class LlmModelAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = [
         "name",
         "parameters_billions",
@@ -208,7 +205,7 @@ class LlmModelAdmin(SimpleHistoryAdmin):
         return f"{per_token:,.0f} B ({per_token / MIB:.3f} MiB)"
 
 
-class CapacityFigureInline(admin.TabularInline[CapacityFigure, ReplicaShape]):
+class CapacityFigureInline(HumanFieldsMixin, admin.TabularInline[CapacityFigure, ReplicaShape]):
     model = CapacityFigure
     fields = [
         "workload_class",
@@ -225,7 +222,7 @@ class CapacityFigureInline(admin.TabularInline[CapacityFigure, ReplicaShape]):
 
 
 @admin.register(ReplicaShape)
-class ReplicaShapeAdmin(SimpleHistoryAdmin):
+class ReplicaShapeAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = [
         "name",
         "model",
@@ -286,7 +283,7 @@ class ReplicaShapeAdmin(SimpleHistoryAdmin):
 
 
 @admin.register(WorkloadClass)
-class WorkloadClassAdmin(SimpleHistoryAdmin):
+class WorkloadClassAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = ["name", "description"]
     search_fields = ["name", "description"]
 
@@ -313,7 +310,7 @@ class FreshnessFilter(admin.SimpleListFilter):
 
 
 @admin.register(CapacityFigure)
-class CapacityFigureAdmin(SimpleHistoryAdmin):
+class CapacityFigureAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
     list_display = [
         "shape",
         "workload_class_or_all",

@@ -2,7 +2,9 @@
 "Re-plan now" button on the plan list and approve/reject actions, for policy admins.
 
 Plans are written only by re-planning, so nobody adds, changes or deletes them here; the
-button and the actions call the same services as the API, which check the role again.
+button calls the same service as the API, which checks the role again. Approving and
+rejecting lead to the plan's confirmation page (``controlplane.web``), which asks for the
+reason the decision is recorded with.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 from typing import Any, ClassVar
 
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
@@ -51,6 +53,7 @@ def _pretty_json(value: Any) -> str:
 class PlanAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[Plan]):
     list_display = [
         "version",
+        "review_link",
         "state",
         "solver_status",
         "trigger",
@@ -128,25 +131,33 @@ class PlanAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[Plan]):
             actions.pop("reject_plans", None)
         return actions
 
-    @admin.action(description="Approve the selected plan (it becomes active)")
-    def approve_plans(self, request: HttpRequest, queryset: QuerySet[Plan]) -> None:
-        self._decide(request, queryset, services.plan_approve, "approved")
+    @admin.action(description="Approve the selected plan… (asks for a reason)")
+    def approve_plans(self, request: HttpRequest, queryset: QuerySet[Plan]) -> HttpResponse | None:
+        return self._confirm(request, queryset, "approve")
 
-    @admin.action(description="Reject the selected plans")
-    def reject_plans(self, request: HttpRequest, queryset: QuerySet[Plan]) -> None:
-        self._decide(request, queryset, services.plan_reject, "rejected")
+    @admin.action(description="Reject the selected plan… (asks for a reason)")
+    def reject_plans(self, request: HttpRequest, queryset: QuerySet[Plan]) -> HttpResponse | None:
+        return self._confirm(request, queryset, "reject")
 
-    def _decide(
-        self, request: HttpRequest, queryset: QuerySet[Plan], decide: Any, verb: str
-    ) -> None:
-        for plan in queryset.order_by("-version"):
-            try:
-                decide(plan=plan, user=request.user)
-            except (ValidationError, PermissionDenied) as exc:
-                text = " ".join(getattr(exc, "messages", None) or [str(exc)])
-                self.message_user(request, f"Plan v{plan.version}: {text}", messages.ERROR)
-            else:
-                self.message_user(request, f"Plan v{plan.version} {verb}.", messages.SUCCESS)
+    def _confirm(
+        self, request: HttpRequest, queryset: QuerySet[Plan], action: str
+    ) -> HttpResponse | None:
+        """A decision is never one click: the plan's confirmation page shows what it changes
+        and asks for the reason ``plan_approve`` / ``plan_reject`` record with the actor."""
+        plans = list(queryset.order_by("-version")[:2])
+        if len(plans) != 1:
+            self.message_user(
+                request,
+                f"Select one plan to {action}: its page asks for a reason.",
+                messages.ERROR,
+            )
+            return None
+        url = reverse("web:plan-decide", args=[plans[0].version])
+        return HttpResponseRedirect(f"{url}?action={action}")
+
+    @admin.display(description="review")
+    def review_link(self, obj: Plan) -> str:
+        return format_html('<a href="{}">plan page</a>', reverse("web:plan", args=[obj.version]))
 
     # -- the "Re-plan now" button -----------------------------------------------------------
 

@@ -160,3 +160,29 @@ class PlannerLock(models.Model):
 
     def __str__(self) -> str:
         return f"lock {self.name} held by {self.holder or 'nobody'}"
+
+
+class PlanDecision(models.Model):
+    """One decision on a plan awaiting approval: who approved or rejected it, when and why.
+
+    The plan's history: written by ``plan_approve`` and ``plan_reject`` in the transaction that
+    changes the plan's state, never edited afterwards.
+    """
+
+    class Action(models.TextChoices):
+        APPROVED = "approved", "approved"
+        REJECTED = "rejected", "rejected"
+
+    plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="decisions")
+    action = models.CharField(max_length=16, choices=Action.choices)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reason = models.TextField(blank=True, help_text="Why, in the decider's words.")
+    decided_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-decided_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"plan v{self.plan.version} {self.action}"

@@ -57,7 +57,7 @@ from controlplane.plans.demand import (
 )
 from controlplane.plans.diff import PlanDocuments, plan_diff, serves_less
 from controlplane.plans.explanation import plan_explanation, stale_sentences
-from controlplane.plans.models import Plan, PlanAllocation, PlanRouting, ReplanRun
+from controlplane.plans.models import Plan, PlanAllocation, PlanDecision, PlanRouting, ReplanRun
 from controlplane.plans.problem import problem_export
 from controlplane.plans.signals import plan_activated
 from controlplane.policies.models import WorkloadProfile
@@ -290,6 +290,11 @@ def _solve(
 
 def _replan(*, run: ReplanRun, holder: str, settings: ReplanSettings) -> None:
     inputs = replan_inputs(settings=settings)
+    if not inputs.problem.get("demands"):
+        # With no demand the solver returns an "optimal" plan of 0 replicas; activating it
+        # would scale the fleet to nothing without anyone deciding so.
+        _finish(run_id=run.pk, status=ReplanRun.Status.FAILED, error=nothing_to_plan(inputs))
+        return
     newest = selectors.plan_newest()
     if newest is not None and newest.inputs_hash == inputs.inputs_hash:
         _finish(run_id=run.pk, status=ReplanRun.Status.UNCHANGED, plan=newest)
@@ -319,6 +324,20 @@ def _replan(*, run: ReplanRun, holder: str, settings: ReplanSettings) -> None:
             )
         else:
             _finish(run_id=run.pk, status=ReplanRun.Status.SUCCEEDED, plan=plan)
+
+
+def nothing_to_plan(inputs: ReplanInputs) -> str:
+    """Why a problem without demands makes no plan, with the export's warnings."""
+    text = (
+        "Nothing to plan: no tenant has a workload profile for a model with a measured shape, "
+        "so there is no demand to size; no plan was made. Load a scenario or add profiles."
+    )
+    if inputs.warnings:
+        text += " " + "; ".join(inputs.warnings[:5])
+        if len(inputs.warnings) > 5:
+            text += f"; and {len(inputs.warnings) - 5} more"
+        text += "."
+    return text
 
 
 def _band(
@@ -551,11 +570,18 @@ def _require_decidable(plan: Plan, action: str) -> None:
         )
 
 
-def plan_approve(*, plan: Plan, user: Actor | None) -> Plan:
+def _record_decision(*, plan: Plan, action: str, user: Actor | None, reason: str) -> None:
+    decision = PlanDecision(plan=plan, action=action, actor=_recorded(user), reason=reason.strip())
+    decision.full_clean()
+    decision.save()
+
+
+def plan_approve(*, plan: Plan, user: Actor | None, reason: str = "") -> Plan:
     """A policy admin approves a plan awaiting approval: it becomes the active plan.
 
     Only the newest plan can be approved: an older one was compared with an active plan that
-    may have changed since, and would undo newer decisions.
+    may have changed since, and would undo newer decisions. The decision, with ``user`` and
+    ``reason``, is recorded in the plan's history (``PlanDecision``).
     """
     _require_policy_admin(user, "approve")
     with transaction.atomic():
@@ -569,11 +595,14 @@ def plan_approve(*, plan: Plan, user: Actor | None) -> Plan:
                     "approve or re-plan from the newest."
                 }
             )
-        return plan_activate(plan=plan, user=user)
+        plan = plan_activate(plan=plan, user=user)
+        _record_decision(plan=plan, action=PlanDecision.Action.APPROVED, user=user, reason=reason)
+        return plan
 
 
-def plan_reject(*, plan: Plan, user: Actor | None) -> Plan:
-    """A policy admin rejects a plan awaiting approval; the active plan stays."""
+def plan_reject(*, plan: Plan, user: Actor | None, reason: str = "") -> Plan:
+    """A policy admin rejects a plan awaiting approval; the active plan stays. The decision,
+    with ``user`` and ``reason``, is recorded in the plan's history (``PlanDecision``)."""
     _require_policy_admin(user, "reject")
     with transaction.atomic():
         plan = Plan.objects.select_for_update().get(pk=plan.pk)
@@ -583,6 +612,7 @@ def plan_reject(*, plan: Plan, user: Actor | None) -> Plan:
         plan.rejected_by = _recorded(user)
         plan.full_clean()
         plan.save(update_fields=["state", "rejected_at", "rejected_by"])
+        _record_decision(plan=plan, action=PlanDecision.Action.REJECTED, user=user, reason=reason)
     return plan
 
 

@@ -8,18 +8,124 @@ keeps its audit trail through ``SimpleHistoryAdmin``.
 
 from __future__ import annotations
 
-from django.contrib import admin
-from django.db.models import Count, QuerySet
-from django.http import HttpRequest
-from simple_history.admin import SimpleHistoryAdmin
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
-from controlplane.core.admin import RevisionCheckedForm, RevisionedAdmin
+from django.contrib import admin
+from django.db.models import Count, ManyToManyField, Model, QuerySet
+from django.forms import BaseInlineFormSet, ModelForm
+from django.http import HttpRequest, HttpResponse
+from simple_history.admin import SimpleHistoryAdmin
+from simple_history.models import DeletedObject
+from simple_history.template_utils import HistoricalRecordContextHelper
+from simple_history.utils import get_m2m_reverse_field_name
+
+from controlplane.core.admin import RevisionCheckedForm, RevisionedAdmin, reverting
+from controlplane.fleet.admin_forms import HUMAN_LABELS, HumanFieldsMixin
+from controlplane.fleet.models import Region
 from controlplane.policies.forms import TenantAdminForm
 from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
+from controlplane.policies.services import tenant_save
+
+QUOTA_FIELDS = (
+    "budget_rate_replica_s_per_s",
+    "budget_burst_replica_s",
+    "tokens_per_minute_limit",
+    "tokens_per_minute_burst",
+)
+KINDS = {"+": "created", "~": "changed", "-": "deleted"}
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    field: str
+    before: Any
+    after: Any
+
+
+@dataclass(frozen=True)
+class QuotaChange:
+    """One history row of a tenant's quota, for the tenant's history page."""
+
+    date: datetime
+    kind: str
+    user: str | None
+    change_reason: str | None
+    revision: int
+    changes: list[FieldChange]
+
+
+def _quota_changes(rows: list[Any]) -> list[QuotaChange]:
+    """``rows`` (newest first) as entries with what each changed; saves that changed nothing
+    are left out."""
+    out = []
+    for index, row in enumerate(rows):
+        older = rows[index + 1] if index + 1 < len(rows) else None
+        if row.history_type == "~" and older is not None:
+            delta = row.diff_against(older, included_fields=list(QUOTA_FIELDS))
+            changes = [FieldChange(HUMAN_LABELS[c.field], c.old, c.new) for c in delta.changes]
+            if not changes:
+                continue
+        else:
+            after = row.history_type != "-"
+            changes = [
+                FieldChange(
+                    HUMAN_LABELS[name],
+                    None if after else getattr(row, name),
+                    getattr(row, name) if after else None,
+                )
+                for name in QUOTA_FIELDS
+            ]
+        user = row.history_user
+        out.append(
+            QuotaChange(
+                date=row.history_date,
+                kind=KINDS[row.history_type],
+                user=None if user is None else user.get_username(),
+                change_reason=row.history_change_reason,
+                revision=row.revision,
+                changes=changes,
+            )
+        )
+    return out
+
+
+class HistoryContextHelper(HistoricalRecordContextHelper):
+    """History rows in words: an empty foreign key as "—" (not "Deleted geography
+    (pk=None)"), region lists by name rather than by id."""
+
+    def prepare_delta_change_value(self, change: Any, value: Any) -> Any:
+        if isinstance(value, DeletedObject) and value.pk is None:
+            return "—"
+        field = self.model._meta.get_field(change.field)
+        if isinstance(field, ManyToManyField):
+            target = get_m2m_reverse_field_name(field)
+            # The rows hold the related objects (diff_against(foreign_keys_are_objs=True)).
+            return ", ".join(sorted(str(row[target]) for row in value)) or "—"
+        return super().prepare_delta_change_value(change, value)
+
+
+class PolicyHistoryMixin(HumanFieldsMixin):
+    """History pages that read well (empty foreign keys and region lists in words), field
+    labels in words, finite numbers."""
+
+    def get_historical_record_context_helper(
+        self, request: HttpRequest, historical_record: Any
+    ) -> HistoricalRecordContextHelper:
+        return HistoryContextHelper(self.model, historical_record)  # type: ignore[attr-defined]
+
+
+class PolicyHistoryAdmin(PolicyHistoryMixin, SimpleHistoryAdmin):
+    """A policy record's admin with its audit history."""
+
+
+class PolicyRevisionedAdmin(PolicyHistoryMixin, RevisionedAdmin):
+    """A revisioned policy record's admin (``core.admin.RevisionedAdmin``)."""
 
 
 @admin.register(Tier)
-class TierAdmin(RevisionedAdmin):
+class TierAdmin(PolicyRevisionedAdmin):
     list_display = [
         "name",
         "priority",
@@ -44,7 +150,7 @@ class TierAdmin(RevisionedAdmin):
         return int(getattr(obj, "_tenant_count", 0))
 
 
-class TenantQuotaInline(admin.StackedInline[TenantQuota, Tenant]):
+class TenantQuotaInline(HumanFieldsMixin, admin.StackedInline[TenantQuota, Tenant]):
     model = TenantQuota
     form = RevisionCheckedForm[TenantQuota]
     fields = [
@@ -61,7 +167,7 @@ class TenantQuotaInline(admin.StackedInline[TenantQuota, Tenant]):
     can_delete = True
 
 
-class WorkloadProfileInline(admin.TabularInline[WorkloadProfile, Tenant]):
+class WorkloadProfileInline(HumanFieldsMixin, admin.TabularInline[WorkloadProfile, Tenant]):
     model = WorkloadProfile
     fields = [
         "model",
@@ -87,7 +193,7 @@ class WorkloadProfileInline(admin.TabularInline[WorkloadProfile, Tenant]):
 
 
 @admin.register(Tenant)
-class TenantAdmin(RevisionedAdmin):
+class TenantAdmin(PolicyRevisionedAdmin):
     form = TenantAdminForm
     list_display = [
         "name",
@@ -108,8 +214,10 @@ class TenantAdmin(RevisionedAdmin):
         "spill_allowed",
     ]
     search_fields = ["name", "display_name"]
-    autocomplete_fields = ["tier", "home_region", "residency_geography", "residency_regions"]
+    # The tier is a short list picked by its SLO and promise (``TenantAdminForm``).
+    autocomplete_fields = ["home_region", "residency_geography", "residency_regions"]
     list_select_related = ["tier", "home_region", "residency_geography"]
+    object_history_template = "admin/policies/tenant/object_history.html"
     readonly_fields = ["allowed_regions_display"]
     fieldsets = [
         (None, {"fields": ["name", "display_name", "tier", "fair_share_weight"]}),
@@ -156,9 +264,80 @@ class TenantAdmin(RevisionedAdmin):
             return None
         return ", ".join(r.name for r in obj.allowed_regions()) or "none"
 
+    # -- saving: one service, one history row ---------------------------------------------
+
+    def save_model(self, request: HttpRequest, obj: Any, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
+        """Save through ``tenant_save``, the service behind the API: the residency regions go
+        with the other fields, so an update writes one history row holding every change."""
+        if change and not form.has_changed() and not reverting(request):
+            return
+        tenant_save(tenant=obj, residency_regions=form.cleaned_data.get("residency_regions"))
+
+    def save_related(
+        self,
+        request: HttpRequest,
+        form: ModelForm,  # type: ignore[type-arg]
+        formsets: list[BaseInlineFormSet],  # type: ignore[type-arg]
+        change: bool,
+    ) -> None:
+        # The regions were saved by ``tenant_save``; only the inlines are left.
+        for formset in formsets:
+            self.save_formset(request, form, formset, change=change)
+
+    # -- history: reverting restores the regions; quota changes are listed too -------------
+
+    def get_form(
+        self, request: HttpRequest, obj: Model | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        regions = getattr(request, "_headroom_revert_regions", None)
+        if regions is None:
+            return form
+
+        class RevertForm(form):  # type: ignore[misc, valid-type]
+            """The history entry's region list, not today's, as the form's start."""
+
+            def __init__(self, *args: Any, **form_kwargs: Any) -> None:
+                super().__init__(*args, **form_kwargs)
+                if not self.is_bound:
+                    self.initial["residency_regions"] = regions
+
+        return RevertForm
+
+    def history_form_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        version_id: str,
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        record = Tenant.history.filter(id=object_id, history_id=version_id).first()  # type: ignore[attr-defined]
+        if record is not None:
+            request._headroom_revert_regions = list(  # type: ignore[attr-defined]
+                Region.objects.filter(
+                    pk__in=record.residency_regions.values_list("region_id", flat=True)
+                )
+            )
+        return super().history_form_view(request, object_id, version_id, extra_context)
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        rows = list(
+            TenantQuota.history.filter(tenant_id=object_id)  # type: ignore[attr-defined]
+            .select_related("history_user")
+            .order_by("-history_date", "-history_id")[:200]
+        )
+        quota_changes = _quota_changes(rows)
+        context = {**(extra_context or {}), "quota_changes": quota_changes}
+        response: HttpResponse = super().history_view(  # type: ignore[no-untyped-call]
+            request, object_id, extra_context=context
+        )
+        return response
+
 
 @admin.register(TenantQuota)
-class TenantQuotaAdmin(RevisionedAdmin):
+class TenantQuotaAdmin(PolicyRevisionedAdmin):
     list_display = [
         "tenant",
         "budget_rate_replica_s_per_s",
@@ -174,7 +353,7 @@ class TenantQuotaAdmin(RevisionedAdmin):
 
 
 @admin.register(WorkloadProfile)
-class WorkloadProfileAdmin(SimpleHistoryAdmin):
+class WorkloadProfileAdmin(PolicyHistoryAdmin):
     list_display = [
         "tenant",
         "model",

@@ -12,10 +12,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.core.exceptions import ValidationError
 
 from controlplane.core.admin import RevisionCheckedForm
-from controlplane.policies.models import Tenant, validate_residency_regions
+from controlplane.policies.models import Tenant, Tier, validate_residency_regions
+
+
+class TierChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
+    """A tier picked by what it promises: name, SLO, failure promise and priority."""
+
+    def label_from_instance(self, obj: Any) -> str:
+        return tier_label(obj)
+
+
+def tier_label(tier: Tier) -> str:
+    return (
+        f"{tier.name} — p95 TTFT ≤ {tier.p95_ttft_slo_s:g} s, "
+        f"{tier.get_failure_promise_display()}, priority {tier.priority}"
+    )
 
 
 class TenantAdminForm(RevisionCheckedForm[Tenant]):
@@ -23,6 +38,8 @@ class TenantAdminForm(RevisionCheckedForm[Tenant]):
     geography, naming the regions at fault."""
 
     instance: Tenant
+
+    tier = TierChoiceField(queryset=Tier.objects.order_by("priority", "name"), label="Tier")
 
     class Meta:
         model = Tenant

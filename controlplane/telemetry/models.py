@@ -132,7 +132,7 @@ class TelemetryPull(Job):
 
     def __str__(self) -> str:
         return (
-            f"pull {self.window_start:%Y-%m-%d %H:%M}–{self.window_end:%H:%M} "
+            f"pull {self.window_start:%Y-%m-%d %H:%M}–{self.window_end:%Y-%m-%d %H:%M} "
             f"(attempt {self.attempt}): {self.status}"
         )
 
@@ -176,7 +176,8 @@ class ProfileDerivation(Job):
 
     def __str__(self) -> str:
         return (
-            f"derivation {self.window_start:%Y-%m-%d %H:%M}–{self.window_end:%H:%M}: {self.status}"
+            f"derivation {self.window_start:%Y-%m-%d %H:%M}–{self.window_end:%Y-%m-%d %H:%M}: "
+            f"{self.status}"
         )
 
     def summary(self) -> dict[str, Any]:

@@ -107,7 +107,9 @@ def test_a_plan_page_is_read_only_with_allocations_inline(admin_client_for_role:
     assert 'name="_save"' not in run_html
 
 
-def test_approve_and_reject_actions(admin_client_for_role: Any) -> None:
+def test_approve_and_reject_actions_lead_to_the_confirmation_step(
+    admin_client_for_role: Any,
+) -> None:
     load_support_assistant()
     first = run_replan().plan
     shrink_region("us-east", 0)
@@ -116,22 +118,17 @@ def test_approve_and_reject_actions(admin_client_for_role: Any) -> None:
     client = admin_client_for_role(POLICY_ADMIN)
     url = reverse(CHANGELIST)
 
-    refused = client.post(
-        url, {"action": "approve_plans", "_selected_action": [first.pk]}, follow=True
+    for action, verb in (("approve_plans", "approve"), ("reject_plans", "reject")):
+        response = client.post(url, {"action": action, "_selected_action": [second.pk]})
+        assert response.status_code == 302
+        assert response["Location"] == f"/plans/v{second.version}/decide/?action={verb}"
+    # Nothing is decided by the action itself.
+    second.refresh_from_db()
+    assert second.state == Plan.State.AWAITING_APPROVAL
+
+    both = client.post(
+        url, {"action": "approve_plans", "_selected_action": [first.pk, second.pk]}, follow=True
     )
-    assert any("awaiting approval" in str(m) for m in refused.context["messages"])
+    assert any("Select one plan" in str(m) for m in both.context["messages"])
     first.refresh_from_db()
     assert first.state == Plan.State.ACTIVE
-
-    response = client.post(
-        url, {"action": "approve_plans", "_selected_action": [second.pk]}, follow=True
-    )
-    assert [str(m) for m in response.context["messages"]] == ["Plan v2 approved."]
-    second.refresh_from_db()
-    first.refresh_from_db()
-    assert second.state == Plan.State.ACTIVE and first.state == Plan.State.SUPERSEDED
-
-    rejected = client.post(
-        url, {"action": "reject_plans", "_selected_action": [second.pk]}, follow=True
-    )
-    assert any("awaiting approval" in str(m) for m in rejected.context["messages"])

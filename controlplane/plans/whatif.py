@@ -1,0 +1,308 @@
+"""What-if: the plan a policy or workload change to one tenant would lead to, without storing it.
+
+``whatif_preview`` builds the placement problem exactly as a re-plan would (``replan_inputs``)
+with the tenant's policy change applied inside a transaction that is rolled back, so the
+problem comes from the same builder and the same validation as a saved change; then scales
+the tenant's demands for the workload part of the change (traffic × k, prompt tokens added),
+solves it with the active plan as ``previous``, and compares the result with the plan for the
+unchanged inputs (the active plan when its inputs hash is the current one, else a solve of the
+unchanged problem). Nothing is stored: no plan, no run, no history row.
+
+``whatif_apply`` saves the policy part (residency regions, tier) through ``tenant_save``, the
+service behind the admin and the API. Traffic and prompt length describe what a tenant sends;
+they are measured by telemetry, not set, so they are preview-only.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+
+from controlplane.core.roles import POLICY_ADMIN, user_roles
+from controlplane.fleet.models import Region
+from controlplane.plans import selectors
+from controlplane.plans.conf import replan_settings
+from controlplane.plans.diff import PlanDocuments, plan_diff
+from controlplane.plans.models import Plan
+from controlplane.plans.services import Actor, ReplanInputs, _solve, replan_inputs, with_previous
+from controlplane.policies.models import Tenant, Tier
+from controlplane.policies.services import tenant_save
+
+# Largest traffic multiplier a what-if takes: beyond it the question is a different fleet.
+MAX_TRAFFIC_FACTOR = 100.0
+MAX_PROMPT_DELTA = 1_000_000
+
+
+@dataclass(frozen=True)
+class WhatIfChange:
+    """A change to one tenant: None leaves a part as it is.
+
+    ``residency_regions``: the region names its data may be served in (its residency list);
+    ``tier``: the tier's name (its SLO, failure promise and priority come with it);
+    ``traffic_factor``: requests/s × k; ``prompt_tokens_delta``: tokens added to each request's
+    prompt (negative to remove; a prompt never goes below 1 token).
+    """
+
+    tenant: str
+    residency_regions: tuple[str, ...] | None = None
+    tier: str | None = None
+    traffic_factor: float = 1.0
+    prompt_tokens_delta: float = 0.0
+
+    @property
+    def changes_policy(self) -> bool:
+        return self.residency_regions is not None or self.tier is not None
+
+
+@dataclass(frozen=True)
+class RegionChange:
+    region: str
+    replicas_before: int
+    replicas_after: int
+    gpus_before: int
+    gpus_after: int
+    cost_before: float
+    cost_after: float
+
+    @property
+    def replica_change(self) -> int:
+        return self.replicas_after - self.replicas_before
+
+    @property
+    def cost_change(self) -> float:
+        return self.cost_after - self.cost_before
+
+
+@dataclass(frozen=True)
+class NewlyUnserved:
+    demand: str
+    tenant: str
+    before: float
+    after: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class WhatIfResult:
+    """The preview: per region replicas, GPUs and $/h before and after, the total $/h change,
+    demand that would become (more) unserved with why, and how each side was solved."""
+
+    change: WhatIfChange
+    baseline: str
+    baseline_status: str
+    status: str
+    gap: float | None
+    cost_before: float
+    cost_after: float
+    regions: list[RegionChange]
+    newly_unserved: list[NewlyUnserved]
+    unserved_before: float
+    unserved_after: float
+    demands: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def cost_change(self) -> float:
+        return self.cost_after - self.cost_before
+
+
+class _Rollback(Exception):
+    """Raised inside the preview's transaction to undo the tenant change."""
+
+
+def _tenant(name: str) -> Tenant:
+    tenant = Tenant.objects.select_related("tier", "home_region").filter(name=name).first()
+    if tenant is None:
+        raise ValidationError({"tenant": f"No tenant named {name!r}."})
+    return tenant
+
+
+def _regions(names: Sequence[str]) -> list[Region]:
+    found = {r.name: r for r in Region.objects.filter(name__in=list(names))}
+    unknown = sorted(set(names) - set(found))
+    if unknown:
+        raise ValidationError({"residency_regions": f"Unknown regions: {', '.join(unknown)}."})
+    return [found[n] for n in sorted(found)]
+
+
+def _apply_policy(tenant: Tenant, change: WhatIfChange, reason: str = "") -> Tenant:
+    """Save the policy part of ``change`` on ``tenant`` through the admin's service;
+    ``reason`` becomes the history row's change reason."""
+    if reason:
+        tenant._change_reason = reason  # type: ignore[attr-defined]
+    if change.tier is not None:
+        tier = Tier.objects.filter(name=change.tier).first()
+        if tier is None:
+            raise ValidationError({"tier": f"No tier named {change.tier!r}."})
+        tenant.tier = tier
+    regions = None if change.residency_regions is None else _regions(change.residency_regions)
+    return tenant_save(tenant=tenant, residency_regions=regions)
+
+
+def _check_workload(change: WhatIfChange) -> None:
+    if not (0 <= change.traffic_factor <= MAX_TRAFFIC_FACTOR):
+        raise ValidationError(
+            {"traffic_factor": f"Give a factor between 0 and {MAX_TRAFFIC_FACTOR:g}."}
+        )
+    if abs(change.prompt_tokens_delta) > MAX_PROMPT_DELTA:
+        raise ValidationError(
+            {"prompt_tokens_delta": f"Give at most {MAX_PROMPT_DELTA:,} tokens either way."}
+        )
+
+
+def _changed_inputs(change: WhatIfChange) -> ReplanInputs:
+    """The re-plan's inputs with the tenant's policy change applied, then rolled back."""
+    result: list[ReplanInputs] = []
+    try:
+        with transaction.atomic():
+            _apply_policy(_tenant(change.tenant), change)
+            result.append(replan_inputs())
+            raise _Rollback
+    except _Rollback:
+        pass
+    return result[0]
+
+
+def _scaled(problem: Mapping[str, Any], change: WhatIfChange) -> dict[str, Any]:
+    demands = []
+    for demand in problem.get("demands", []):
+        if demand.get("tenant") == change.tenant:
+            demand = dict(demand)
+            demand["requests_per_s"] = float(demand["requests_per_s"]) * change.traffic_factor
+            demand["prompt_tokens"] = max(
+                1.0, float(demand["prompt_tokens"]) + change.prompt_tokens_delta
+            )
+        demands.append(demand)
+    return {**problem, "demands": demands}
+
+
+def _by_region(
+    problem: Mapping[str, Any], solution: Mapping[str, Any]
+) -> dict[str, tuple[int, int, float]]:
+    zone_region = {z: r["name"] for r in problem.get("regions", []) for z in r.get("zones", [])}
+    multiplier = {r["name"]: float(r.get("price_multiplier", 1.0)) for r in problem["regions"]}
+    price = {a["name"]: float(a["price_per_gpu_hour"]) for a in problem.get("accelerators", [])}
+    shapes = {s["name"]: s for s in problem.get("shapes", [])}
+    out: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])
+    for row in solution.get("replicas", []):
+        n = int(row["replicas"])
+        shape = shapes.get(row["shape"])
+        region = zone_region.get(row["zone"])
+        if n <= 0 or shape is None or region is None:
+            continue
+        gpus = n * int(shape["gpus"])
+        out[region][0] += n
+        out[region][1] += gpus
+        out[region][2] += gpus * price[shape["accelerator"]] * multiplier[region]
+    return {k: (int(v[0]), int(v[1]), float(v[2])) for k, v in out.items()}
+
+
+def unserved_reasons(binding: Sequence[str]) -> dict[str, str]:
+    """Why each unserved demand is short, by demand id, from the planner's binding sentences
+    (``demand <id> (tenant …, priority …): <x> of <y> requests/s unserved: <why>``;
+    ``planner.placement.binding.unserved_sentences``): the part after "unserved: "."""
+    out: dict[str, str] = {}
+    marker = " unserved: "
+    for sentence in binding:
+        if sentence.startswith("demand ") and " (" in sentence:
+            demand = sentence[len("demand ") : sentence.index(" (")]
+            why = sentence.split(marker, 1)[1] if marker in sentence else sentence
+            out.setdefault(demand, why[:1].upper() + why[1:])
+    return out
+
+
+def whatif_preview(*, change: WhatIfChange) -> WhatIfResult:
+    """Re-solve with ``change`` applied and compare; stores nothing (see the module docstring).
+
+    Raises ``ValidationError`` naming the field for an unknown tenant, tier or region, a
+    residency list the tenant's rules refuse, or a workload change out of range.
+    """
+    _check_workload(change)
+    _tenant(change.tenant)
+    settings = replan_settings()
+    current = replan_inputs(settings=settings)
+    active = selectors.plan_active()
+    if active is not None and active.inputs_hash == current.inputs_hash:
+        base = PlanDocuments(active.problem, active.solution)
+        baseline, baseline_status = f"active plan v{active.version}", active.solver_status
+    else:
+        problem = with_previous(current.problem, active)
+        solution = _solve(problem, time_limit_s=settings.time_limit_s, settings=settings)
+        base = PlanDocuments(problem, solution)
+        baseline = "the current inputs, re-solved (no active plan was made from them)"
+        baseline_status = str(solution.get("status"))
+    changed = _changed_inputs(change) if change.changes_policy else current
+    problem = _scaled(with_previous(changed.problem, active), change)
+    solution = _solve(problem, time_limit_s=settings.time_limit_s, settings=settings)
+    if solution.get("status") == Plan.SolverStatus.INVALID:
+        raise ValidationError(
+            {"__all__": f"The changed problem is invalid: {solution.get('message', '?')}"}
+        )
+    diff = plan_diff(before=base, after=PlanDocuments(problem, solution))
+    reasons = unserved_reasons(solution.get("binding", []))
+    before_rows = _by_region(base.problem, base.solution)
+    after_rows = _by_region(problem, solution)
+    regions = [
+        RegionChange(
+            region=name,
+            replicas_before=before_rows.get(name, (0, 0, 0.0))[0],
+            replicas_after=after_rows.get(name, (0, 0, 0.0))[0],
+            gpus_before=before_rows.get(name, (0, 0, 0.0))[1],
+            gpus_after=after_rows.get(name, (0, 0, 0.0))[1],
+            cost_before=before_rows.get(name, (0, 0, 0.0))[2],
+            cost_after=after_rows.get(name, (0, 0, 0.0))[2],
+        )
+        for name in sorted(set(before_rows) | set(after_rows))
+    ]
+    return WhatIfResult(
+        change=change,
+        baseline=baseline,
+        baseline_status=baseline_status,
+        status=str(solution.get("status")),
+        gap=solution.get("gap"),
+        cost_before=float(base.solution.get("cost_per_hour") or 0.0),
+        cost_after=float(solution.get("cost_per_hour") or 0.0),
+        regions=regions,
+        newly_unserved=[
+            NewlyUnserved(
+                demand=row["demand"],
+                tenant=row["tenant"],
+                before=float(row["before"]),
+                after=float(row["after"]),
+                reason=reasons.get(row["demand"], ""),
+            )
+            for row in diff["newly_unserved"]
+        ],
+        unserved_before=float(diff["unserved_requests_per_s"]["before"]),
+        unserved_after=float(diff["unserved_requests_per_s"]["after"]),
+        demands=sorted(d["id"] for d in problem["demands"] if d.get("tenant") == change.tenant),
+        warnings=list(changed.warnings),
+    )
+
+
+def whatif_apply(*, change: WhatIfChange, user: Actor | None) -> Tenant:
+    """Save the policy part of ``change`` (a policy admin only) through ``tenant_save``; the
+    next re-plan plans for it. Traffic and prompt changes are not saved (see the module)."""
+    if POLICY_ADMIN not in user_roles(user):
+        raise PermissionDenied(f"Only a {POLICY_ADMIN} may change a tenant's policy.")
+    if not change.changes_policy:
+        raise ValidationError(
+            {
+                "__all__": "Nothing to save: only residency and tier are policy; traffic and "
+                "prompt length are what-ifs about the workload."
+            }
+        )
+    tenant = _tenant(change.tenant)
+    same_tier = change.tier is None or change.tier == tenant.tier.name
+    same_regions = change.residency_regions is None or sorted(change.residency_regions) == sorted(
+        r.name for r in tenant.residency_regions.all()
+    )
+    if same_tier and same_regions:
+        raise ValidationError({"__all__": "Nothing to save: the tenant already has this policy."})
+    with transaction.atomic():
+        return _apply_policy(_tenant(change.tenant), change, reason="Saved from a what-if preview.")

@@ -1,0 +1,99 @@
+"""Number formats for the pages: rounded for reading, units stated by the template."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django import template
+
+register = template.Library()
+
+
+def _float(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+@register.filter
+def num(value: Any, digits: int = 2) -> str:
+    """A number with thousands separators and at most ``digits`` decimals, trailing zeros
+    dropped (57.400000000000006 → 57.4)."""
+    number = _float(value)
+    if number is None:
+        return "—" if value is None else str(value)
+    if int(digits) > 0 and 0 < abs(number) < 10 ** -int(digits):
+        return f"{number:.2g}"  # small but not zero: two significant digits, not "0"
+    text = f"{number:,.{int(digits)}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+@register.filter
+def money(value: Any) -> str:
+    """Dollars with cents: 1,234.50."""
+    number = _float(value)
+    return "—" if number is None else f"{number:,.2f}"
+
+
+@register.filter
+def signed_money(value: Any) -> str:
+    number = _float(value)
+    if number is None:
+        return "—"
+    if abs(number) < 0.005:
+        return "±0.00"
+    return f"{number:+,.2f}"
+
+
+@register.filter
+def signed(value: Any) -> str:
+    number = _float(value)
+    if number is None:
+        return "—"
+    return "±0" if number == 0 else f"{number:+,.0f}"
+
+
+@register.filter
+def pct(value: Any, digits: int = 0) -> str:
+    number = _float(value)
+    return "—" if number is None else f"{number * 100:.{int(digits)}f} %"
+
+
+@register.filter
+def promise_label(value: str) -> str:
+    return {"none": "none", "n+1": "N+1", "zone": "survive a zone"}.get(value, value)
+
+
+@register.filter
+def cell(row: Any, column: str) -> Any:
+    """``row[column]`` for a report row (a dict) in a template."""
+    return row.get(column) if hasattr(row, "get") else None
+
+
+@register.filter
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@register.filter
+def cell_text(value: Any) -> str:
+    """A report cell for reading: numbers rounded, empty cells as a dash."""
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int | float):
+        return num(value, 2)
+    return str(value)
+
+
+@register.filter
+def column_label(name: str) -> str:
+    """A report column's name in words: ``cost_per_million_tokens`` → "cost per million
+    tokens"."""
+    return str(name).replace("_", " ")
