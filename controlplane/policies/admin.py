@@ -266,7 +266,9 @@ class TenantAdmin(PolicyRevisionedAdmin):
 
     # -- saving: one service, one history row ---------------------------------------------
 
-    def save_model(self, request: HttpRequest, obj: Any, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
+    def save_model(
+        self, request: HttpRequest, obj: Any, form: ModelForm[Any], change: bool
+    ) -> None:
         """Save through ``tenant_save``, the service behind the API: the residency regions go
         with the other fields, so an update writes one history row holding every change."""
         if change and not form.has_changed() and not reverting(request):
@@ -276,8 +278,8 @@ class TenantAdmin(PolicyRevisionedAdmin):
     def save_related(
         self,
         request: HttpRequest,
-        form: ModelForm,  # type: ignore[type-arg]
-        formsets: list[BaseInlineFormSet],  # type: ignore[type-arg]
+        form: ModelForm[Any],
+        formsets: list[BaseInlineFormSet[Any, Any, Any]],
         change: bool,
     ) -> None:
         # The regions were saved by ``tenant_save``; only the inlines are left.

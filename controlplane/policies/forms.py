@@ -19,10 +19,10 @@ from controlplane.core.admin import RevisionCheckedForm
 from controlplane.policies.models import Tenant, Tier, validate_residency_regions
 
 
-class TierChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
+class TierChoiceField(forms.ModelChoiceField[Tier]):
     """A tier picked by what it promises: name, SLO, failure promise and priority."""
 
-    def label_from_instance(self, obj: Any) -> str:
+    def label_from_instance(self, obj: Tier) -> str:
         return tier_label(obj)
 
 

@@ -179,8 +179,11 @@ def parse(stream: TextIO, *, fmt: str, defaults: Defaults) -> Iterator[Request]:
                 continue
             try:
                 values = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise RequestLogError(f"line {line}: not JSON ({exc.msg})") from None
+            except ValueError as exc:
+                # Not only JSONDecodeError: an integer past Python's digit limit is a plain
+                # ValueError, which has no ``msg``.
+                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+                raise RequestLogError(f"line {line}: not JSON ({reason})") from None
             if not isinstance(values, dict):
                 raise RequestLogError(f"line {line}: a JSON object expected")
             yield _record(values, _PLAIN_COLUMNS, defaults, line)
