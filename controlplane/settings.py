@@ -186,6 +186,10 @@ SPECTACULAR_SETTINGS = {
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "")
 CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", "")
 CELERY_TASK_ALWAYS_EAGER = CELERY_BROKER_URL == ""
+# Without a broker, tasks declared isolated (those that start Ray) run in a child process, not
+# in the web request that sent them (controlplane/core/isolated.py). The test suite runs them
+# in-process on its own database; its isolation test turns this back on.
+HEADROOM_ISOLATE_TASKS = envbool("HEADROOM_ISOLATE_TASKS", True)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -312,6 +312,15 @@ def benchmark_run_fail(
     return locked
 
 
+def benchmark_run_abandon(*, run_id: int, reason: str) -> BenchmarkRun | None:
+    """Fail run ``run_id`` whose process ended before it finished, with ``reason``; a run that
+    finished (or does not exist) is left as it is."""
+    run = BenchmarkRun.objects.filter(pk=run_id).first()
+    if run is None:
+        return None
+    return benchmark_run_fail(run=run, error=f"The benchmark did not finish: {reason}.")
+
+
 def measurement_record(
     *,
     run: BenchmarkRun,

@@ -11,20 +11,43 @@ schedule fails a run left running for over twice the benchmark timeout.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from controlplane.benchmarks import services
 from controlplane.celery import app
 
 
-@app.task(bind=True, name=services.ENGINE_TASK, acks_late=True, reject_on_worker_lost=True)
+def _process_ended(args: Sequence[Any], reason: str) -> None:
+    """An isolated run's process ended before the run did (Ray ending it, a crash): the run
+    fails with the reason, and the shape keeps its previous figures."""
+    services.benchmark_run_abandon(run_id=int(args[0]), reason=reason)
+
+
+# isolated: they start Ray, which ends the process it runs in when it cannot reach its
+# cluster; without a broker they run in a child process (controlplane.core.isolated).
+@app.task(
+    bind=True,
+    name=services.ENGINE_TASK,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    isolated=True,
+    isolated_exit=staticmethod(_process_ended),
+)
 def engine(self: Any, run_id: int) -> str | None:
     """Run the engine benchmark ``run_id``; returns its final status (None: no such run)."""
     run = services.benchmark_run_execute(run_id=run_id, task_id=str(self.request.id or ""))
     return run.status if run is not None else None
 
 
-@app.task(bind=True, name=services.ENDPOINT_TASK, acks_late=True, reject_on_worker_lost=True)
+@app.task(
+    bind=True,
+    name=services.ENDPOINT_TASK,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    isolated=True,
+    isolated_exit=staticmethod(_process_ended),
+)
 def endpoint(self: Any, run_id: int) -> str | None:
     """Run the endpoint load test ``run_id`` against its shape's benchmark endpoint; returns
     its final status (None: no such run)."""

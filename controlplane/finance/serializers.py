@@ -71,4 +71,6 @@ class OpenCostResponseSerializer(serializers.Serializer[Any]):
 
     code = serializers.IntegerField()
     status = serializers.CharField()
-    data = serializers.ListField(child=serializers.DictField())
+    # OpenCost's key. The class only describes the response in the schema; it never
+    # serializes, so shadowing ``Serializer.data`` is harmless here.
+    data = serializers.ListField(child=serializers.DictField())  # type: ignore[assignment]

@@ -1090,11 +1090,11 @@ def finance_history(
                         "tenant": tenant,
                         "tier": tier,
                     }
-                    for name, value in attrs.items():
-                        atoms.attributes[name].append(value)
+                    for name, text in attrs.items():
+                        atoms.attributes[name].append(text)
                     atoms.period.append(k)
-                    for name, value in values.items():
-                        atoms.values[name].append(value)
+                    for name, amount in values.items():
+                        atoms.values[name].append(amount)
                     versions[(k, tuple(attrs[g] for g in groups))].add(plan.version)
     grouped = _group(atoms, groups, HISTORY_VALUES)
     hours_by_period: dict[int, float] = defaultdict(float)

@@ -272,8 +272,8 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
     # Pools: the plan's zone × shape rows, each scaled by its region's shape ratio.
     allocations = list(plan.allocations.all())
     by_region_shape: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for i, row in enumerate(allocations):
-        by_region_shape[(row.region, row.shape)].append(i)
+    for i, allocation in enumerate(allocations):
+        by_region_shape[(allocation.region, allocation.shape)].append(i)
     ratio_by_key: dict[tuple[str, str], tuple[FloatArray, FloatArray, FloatArray]] = {}
     for region_shape in by_region_shape:
         members = [
@@ -300,7 +300,7 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
                 replicas[edge][i] = scaled[allocations[i].zone]
     multiplier = {r.name: r.price_multiplier for r in problem.regions}
     on_demand = {a.name: a.price_per_gpu_hour for a in problem.accelerators}
-    pools = [
+    pools: list[dict[str, Any]] = [
         {
             "zone": row.zone,
             "region": row.region,

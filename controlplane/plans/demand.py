@@ -28,7 +28,8 @@ the two extra problems at the band's low and high edges that each plan prices.
 
 Rates are requests/s; a demand sized from history carries a ``forecast`` field (extra fields
 are allowed by ``placement-v1``) saying how: source, quantile, declared rate, band edges,
-hours of history.
+hours of history, weekly growth, and the lasting level shifts the fit re-levelled at (where
+it found any).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from controlplane.plans.conf import ReplanSettings
 from controlplane.policies.models import Tier, WorkloadProfile
 from controlplane.telemetry.selectors import request_rate_history
 from planner.errors import PlannerInputError
-from planner.forecast import HOURS_PER_WEEK, fit_demand
+from planner.forecast import HOURS_PER_WEEK, LevelShift, fit_demand
 
 # (tenant, model, region) → (timestamps in UTC epoch seconds, requests/s at each).
 RateHistory = Mapping[tuple[str, str, str], tuple[Sequence[float], Sequence[float]]]
@@ -157,12 +158,14 @@ def _pool_wide(demands: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
 @dataclass(frozen=True)
 class GroupForecast:
     """One group's forecast: peak requests/s over the horizon at each quantile asked for, and
-    what the fit saw (observed hours, weekly growth, whether the history sufficed)."""
+    what the fit saw (observed hours, weekly growth, lasting level shifts, whether the history
+    sufficed)."""
 
     peaks: dict[float, float]
     sufficient_history: bool
     history_hours: int
     weekly_growth: float
+    level_shifts: tuple[LevelShift, ...] = ()
 
 
 # Fits by (digest of the series, declared rate, forecast start, hours, quantiles). The history
@@ -199,6 +202,7 @@ def group_forecast(
         sufficient_history=model.sufficient_history,
         history_hours=model.history_hours,
         weekly_growth=model.weekly_growth,
+        level_shifts=model.level_shifts,
     )
     _FORECASTS[key] = result
     while len(_FORECASTS) > FORECAST_CACHE_SIZE:
@@ -293,6 +297,15 @@ def demand_forecast(
                 "history_hours": fitted.history_hours,
                 "weekly_growth": round(fitted.weekly_growth, 6),
             }
+            if fitted.level_shifts:
+                # The lasting steps the history showed, re-levelled rather than read as growth.
+                demand["forecast"]["level_shifts"] = [
+                    {
+                        "at": datetime.fromtimestamp(shift.at, tz=UTC).isoformat(),
+                        "factor": round(shift.factor, 4),
+                    }
+                    for shift in fitted.level_shifts
+                ]
     if history:
         planned_keys = set(groups)
         unplanned = sorted("/".join(k) for k in history if k not in planned_keys)

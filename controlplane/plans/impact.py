@@ -218,6 +218,15 @@ def pool_drift_alerts_price(
         for alert in alerts:
             pool_drift_unpriced(alert=alert, reason=str(exc), now=now)
         return alerts
+    except Exception as exc:
+        # The price informs the operator; a solver failure must not stop the derivation's
+        # re-plan, which the pipeline requests next. It is logged and recorded as unpriced.
+        logger.exception("pricing the pool drifts of derivation %s failed", derivation.pk)
+        for alert in alerts:
+            pool_drift_unpriced(
+                alert=alert, reason=f"pricing failed: {type(exc).__name__}: {exc}", now=now
+            )
+        return alerts
     for alert in alerts:
         if not baselines[alert.pk]:
             pool_drift_unpriced(

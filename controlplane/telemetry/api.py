@@ -165,6 +165,7 @@ class TelemetryProfileSerializer(serializers.ModelSerializer[WorkloadProfile]):
             "censored",
             "lower_bounds",
             "unmeasured",
+            "pool_tenants",
         ]
 
 

@@ -509,8 +509,8 @@ def _derive(
             measured.append((obs, None))
             continue
         # Tenants that cannot be told apart: the pool is one demand, filed under the first of
-        # its tenants by name, naming them all.
-        pool_tenants[(labels.model, labels.region)] = tenants
+        # its tenants by name, naming them all (a pool of one tenant is simply its traffic).
+        pool_tenants[(labels.model, labels.region)] = tenants if len(tenants) > 1 else []
         measured.append((obs, found))
 
     # Each pool's token shares as they stand before this run writes anything: a tenant's

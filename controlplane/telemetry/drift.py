@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -547,8 +547,10 @@ def drift_message(*, alert: DriftAlert) -> str:
     if alert.status == DriftAlert.Status.RESOLVED:
         return f"{text}: resolved"
     pool = alert.pool_alert
-    if pool is None or pool.pricing == PoolDriftAlert.Pricing.PENDING:
-        return f"{text}: priced with the pool's drift"
+    if pool is None:
+        return f"{text}: to be priced with its pool's drift"
+    if pool.pricing == PoolDriftAlert.Pricing.PENDING:
+        return f"{text}: part of the pool's drift (#{pool.pk}), being priced"
     if pool.pricing == PoolDriftAlert.Pricing.FAILED:
         return f"{text}: replica impact unknown ({pool.pricing_error})"
     return (
@@ -574,8 +576,12 @@ def drift_alert_acknowledge(
             return locked
         locked.status = DriftAlert.Status.ACKNOWLEDGED
         locked.acknowledged_at = timezone.now()
-        locked.acknowledged_by = user  # type: ignore[assignment]
-        locked._history_user = user  # type: ignore[attr-defined]
+        # Every signed-in user is a stored User; an anonymous one is recorded as nobody
+        # (assigning it to the foreign key would raise).
+        recorded = user if isinstance(user, User) else None
+        locked.acknowledged_by = recorded
+        # simple_history's per-instance input to the history row, unknown to the model's type.
+        locked._history_user = recorded  # type: ignore[attr-defined]
         locked.full_clean()
         locked.save()
     return locked

@@ -179,7 +179,7 @@ def parse(stream: TextIO, *, fmt: str, defaults: Defaults) -> Iterator[Request]:
                 continue
             try:
                 values = json.loads(text)
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 raise RequestLogError(f"line {line}: not JSON ({exc.msg})") from None
             if not isinstance(values, dict):
                 raise RequestLogError(f"line {line}: a JSON object expected")

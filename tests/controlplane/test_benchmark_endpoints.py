@@ -406,10 +406,11 @@ def test_the_task_load_tests_over_http_from_ray(
     eager: None,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    # The same through Ray load generators and HTTP: what is sent and recorded. A target no
-    # run at the sweep's rates misses on a busy machine (the knee's value is the virtual-time
-    # test's), and past it 20 requests at once queue 0.36 s on two slots.
-    _chat_profile(fleet, 0.3)
+    # The same through Ray load generators and HTTP: what is sent and recorded. The target is
+    # one no run misses, however busy the machine (the knee's value is the virtual-time test's):
+    # 20 requests sent at once queue 0.36 s on the two slots, and with both cores kept busy by
+    # other processes a 0.3 s target was missed at 30 req/s over HTTP.
+    _chat_profile(fleet, 5.0)
     previous = _previous_figure(fleet)
     _endpoint(fleet, replica_url)
 

@@ -237,3 +237,36 @@ def test_a_groups_fit_is_reused_while_its_history_is_the_same(
     changed = _history(mean=3.0)
     demand_forecast(problem=exported, now=NOW, settings=replan_settings(), history=changed)
     assert len(fits) == 2
+
+
+def test_a_step_in_the_history_is_re_levelled_and_the_demand_says_so(scenario: None) -> None:
+    # Three weeks at 2 req/s, then two at 3: a +50% step, not growth.
+    ts, rates = hourly_history(end=forecast_anchor(NOW), weeks=5, mean=2.0)
+    step_at = ts[3 * 168]
+    rates = np.where(ts >= step_at, rates * 1.5, rates)
+    forecast = demand_forecast(
+        problem=problem_export(),
+        now=NOW,
+        settings=replan_settings(),
+        history={KEYSTONE: (ts, rates)},
+    )
+    for row in _keystone(forecast.problem).values():
+        info = row["forecast"]
+        (shift,) = info["level_shifts"]
+        assert shift["at"] == datetime.fromtimestamp(step_at, tz=UTC).isoformat()
+        assert shift["factor"] == pytest.approx(1.5, rel=0.03)
+        assert abs(info["weekly_growth"]) < 0.01
+    # Sized from the new level: the group's peak is the one a history at 3 req/s throughout
+    # gives, within the noise of two fits.
+    level = {KEYSTONE: hourly_history(end=forecast_anchor(NOW), weeks=5, mean=3.0)}
+    flat = demand_forecast(
+        problem=problem_export(), now=NOW, settings=replan_settings(), history=level
+    )
+    total = sum(d["requests_per_s"] for d in _keystone(forecast.problem).values())
+    expected = sum(d["requests_per_s"] for d in _keystone(flat.problem).values())
+    assert total == pytest.approx(expected, rel=0.05)
+    # A history without a step carries no level_shifts field.
+    plain = demand_forecast(
+        problem=problem_export(), now=NOW, settings=replan_settings(), history=_history()
+    )
+    assert all("level_shifts" not in d["forecast"] for d in _keystone(plain.problem).values())

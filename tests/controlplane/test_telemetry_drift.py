@@ -182,6 +182,24 @@ def test_a_drift_seen_again_unchanged_is_not_solved_again(
     assert "+3 replicas" in DriftAlert.objects.get().message
 
 
+def test_a_solver_failure_leaves_the_drift_unpriced_not_the_pipeline_stopped(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("solver crashed")
+
+    _hour(MONDAY)
+    monkeypatch.setattr(impact.placement, "solve", broken)
+    run = _hour(MONDAY + HOUR, prompt=2700.0)  # prices, and must not raise
+    assert run.alerts_raised == 1
+    pool = PoolDriftAlert.objects.get()
+    assert pool.pricing == PoolDriftAlert.Pricing.FAILED
+    assert pool.pricing_error == "pricing failed: RuntimeError: solver crashed"
+    assert DriftAlert.objects.get().message.endswith(
+        "replica impact unknown (pricing failed: RuntimeError: solver crashed)"
+    )
+
+
 def test_a_cheaper_shape_prices_the_drift(fleet: Fleet) -> None:
     # The 4-GPU replica back: 7,600 / 380 tokens/s, 0.46 replica-s a 1,500-token request
     # (1.84 GPU-s against the 2-GPU replica's 2.0). The plan mixes: 5 × 4-GPU carry

@@ -172,6 +172,8 @@ def test_jsonl_and_csv_logs_carry_their_own_tenants_models_regions_and_cache(
             "line 1, column tenant: missing, and no --tenant given",
         ),
         ("jsonl", "{not json}\n", "line 1: not JSON"),
+        # Past Python's integer digit limit json raises a plain ValueError, not JSONDecodeError.
+        ("jsonl", '{"timestamp": ' + "1" * 5000 + "}\n", "line 1: not JSON"),
     ],
 )
 def test_a_bad_log_exits_2_naming_the_line_and_column_and_stores_nothing(

@@ -308,3 +308,14 @@ def test_a_pool_with_no_tenant_anywhere_is_skipped_with_the_reason(fleet: Fleet)
         }
     ]
     assert ObservedWorkload.objects.get().tenant == ""
+
+
+def test_a_pool_of_one_tenant_is_that_tenants_traffic(settings: Any) -> None:
+    settings.HEADROOM_TELEMETRY_BUCKET_S = W
+    settings.HEADROOM_TELEMETRY_MIN_REQUESTS = 100
+    fleet = make_fleet(("northwind", "eu-west"), ("contoso", "us-east"))
+    _declared(fleet, "northwind", 1.0)
+    store(traffic_samples("", "chat-70b", "eu-west", T0, W, _known_buckets([600] * 5)), W)
+    derive.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    profile = WorkloadProfile.objects.get(source=WorkloadProfile.Source.TELEMETRY)
+    assert (profile.tenant.name, profile.pool_tenants) == ("northwind", [])
