@@ -32,6 +32,7 @@ from controlplane.plans.models import Plan
 from controlplane.plans.services import Actor, ReplanInputs, _solve, replan_inputs, with_previous
 from controlplane.policies.models import Tenant, Tier
 from controlplane.policies.services import tenant_save
+from planner.placement.footprint import footprint
 
 # Largest traffic multiplier a what-if takes: beyond it the question is a different fleet.
 MAX_TRAFFIC_FACTOR = 100.0
@@ -184,21 +185,13 @@ def _scaled(problem: Mapping[str, Any], change: WhatIfChange) -> dict[str, Any]:
 def _by_region(
     problem: Mapping[str, Any], solution: Mapping[str, Any]
 ) -> dict[str, tuple[int, int, float]]:
-    zone_region = {z: r["name"] for r in problem.get("regions", []) for z in r.get("zones", [])}
-    multiplier = {r["name"]: float(r.get("price_multiplier", 1.0)) for r in problem["regions"]}
-    price = {a["name"]: float(a["price_per_gpu_hour"]) for a in problem.get("accelerators", [])}
-    shapes = {s["name"]: s for s in problem.get("shapes", [])}
+    """Replicas, GPUs and $/h per region, from the solution's pools
+    (``planner.placement.footprint``)."""
     out: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])
-    for row in solution.get("replicas", []):
-        n = int(row["replicas"])
-        shape = shapes.get(row["shape"])
-        region = zone_region.get(row["zone"])
-        if n <= 0 or shape is None or region is None:
-            continue
-        gpus = n * int(shape["gpus"])
-        out[region][0] += n
-        out[region][1] += gpus
-        out[region][2] += gpus * price[shape["accelerator"]] * multiplier[region]
+    for pool in footprint(problem, solution).pools:
+        out[pool.region][0] += pool.replicas
+        out[pool.region][1] += pool.gpus
+        out[pool.region][2] += pool.cost_per_hour
     return {k: (int(v[0]), int(v[1]), float(v[2])) for k, v in out.items()}
 
 
