@@ -565,12 +565,15 @@ def test_over_http_every_request_is_sent_answered_and_counted(bench: Bench) -> N
         assert [r.output_tokens for r in records] == sample.output_tokens.tolist()
         assert all(0 < r.ttft_s <= r.e2e_s for r in records)
         assert all(r.sent_s >= r.scheduled_s for r in records)
-        # The prefix cache served the same tokens over HTTP as in virtual time: what a warm run
-        # shares does not depend on timing.
-        assert [r.cached_tokens for r in records] == [
-            r.cached_tokens for r in sorted(virtual.records, key=lambda r: r.index)
-        ]
-        assert over_http.cached_prompt_share == virtual.cached_prompt_share
+        # The prefix cache served about the same tokens over HTTP as in virtual time. Not
+        # exactly: two generators sending within the same instant can reach the replica in
+        # either order on a busy machine, which moves a shared block from one request to the
+        # other (seen: 16 tokens of one request in 120).
+        assert all(0 <= r.cached_tokens <= r.prompt_tokens for r in records)
+        http_cached = sum(r.cached_tokens for r in records)
+        virtual_cached = sum(r.cached_tokens for r in virtual.records)
+        assert abs(http_cached - virtual_cached) <= 0.05 * max(virtual_cached, 1)
+        assert abs(over_http.cached_prompt_share - virtual.cached_prompt_share) <= 0.05
     assert 0.25 < over_http.cached_prompt_share < 0.75
 
 
