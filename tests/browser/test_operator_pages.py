@@ -45,14 +45,16 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
-    # between browser steps are ordinary synchronous ones.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with playwright_sync.sync_playwright() as p:
-        instance = p.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
-        )
-        yield instance
-        instance.close()
+    # between browser steps are ordinary synchronous ones. Only while these tests run: the
+    # variable would leak into later tests' subprocesses (check --deploy refuses it).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        with playwright_sync.sync_playwright() as p:
+            instance = p.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
+            )
+            yield instance
+            instance.close()
 
 
 @pytest.fixture
