@@ -905,7 +905,9 @@ def finance_promises() -> Report:
     steps = list(itertools.pairwise(pricing.rungs))
     scopes: list[tuple[str, str, str, dict[str, float]]] = [("fleet", "fleet", "", totals)]
     scopes += [("tier", name, name, dict(w)) for name, w in sorted(tiers.items())]
-    scopes += [("tenant", name, w["tier"], w) for name, w in pricing.weights.items()]
+    # Sorted: the weights come back from a JSON column, whose key order PostgreSQL's jsonb
+    # does not keep.
+    scopes += [("tenant", name, w["tier"], w) for name, w in sorted(pricing.weights.items())]
     for scope, name, tier, weights in scopes:
         for before, after in steps:
             promise = RUNG_PROMISE[after["rung"]]
