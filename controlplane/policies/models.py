@@ -228,6 +228,25 @@ class TenantQuota(Revisioned):
             )
 
 
+# The measured figures of a workload profile: what a derivation compares to decide whether a
+# measurement is a new version, and what the telemetry API shows of each.
+PROFILE_FIGURES = (
+    "peak_requests_per_s",
+    "prompt_tokens_p50",
+    "prompt_tokens_mean",
+    "prompt_tokens_p90",
+    "prompt_tokens_p95",
+    "prompt_tokens_p99",
+    "output_tokens_p50",
+    "output_tokens_mean",
+    "output_tokens_p90",
+    "output_tokens_p95",
+    "output_tokens_p99",
+    "prefix_cache_hit_rate",
+    "residence_s",
+)
+
+
 class WorkloadProfile(models.Model):
     """What a tenant sends to one model in one class, as distributions (not averages).
 

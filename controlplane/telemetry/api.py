@@ -21,7 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.core.api import ReadOnlyViewSet
-from controlplane.policies.models import WorkloadProfile
+from controlplane.policies.models import PROFILE_FIGURES, WorkloadProfile
 from controlplane.telemetry import drift
 from controlplane.telemetry.models import (
     DriftAlert,
@@ -149,19 +149,7 @@ class TelemetryProfileSerializer(serializers.ModelSerializer[WorkloadProfile]):
             "version",
             "source",
             "created_at",
-            "peak_requests_per_s",
-            "prompt_tokens_p50",
-            "prompt_tokens_mean",
-            "prompt_tokens_p90",
-            "prompt_tokens_p95",
-            "prompt_tokens_p99",
-            "output_tokens_p50",
-            "output_tokens_mean",
-            "output_tokens_p90",
-            "output_tokens_p95",
-            "output_tokens_p99",
-            "prefix_cache_hit_rate",
-            "residence_s",
+            *PROFILE_FIGURES,
             "censored",
             "lower_bounds",
             "unmeasured",

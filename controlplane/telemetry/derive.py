@@ -24,7 +24,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.fleet.models import LlmModel, Region, WorkloadClass
-from controlplane.policies.models import Tenant, WorkloadProfile
+from controlplane.policies.models import PROFILE_FIGURES, Tenant, WorkloadProfile
 from controlplane.telemetry import histograms, selectors
 from controlplane.telemetry.conf import TelemetrySettings, telemetry_settings
 from controlplane.telemetry.drift import drift_check, pool_drift_update, pool_token_shares
@@ -287,24 +287,6 @@ def attribute(grouped: Mapping[LabelSet, _Collected]) -> dict[LabelSet, _Collect
     return out
 
 
-# Profile figures compared to decide whether a measurement is a new version.
-_PROFILE_FIGURES = (
-    "peak_requests_per_s",
-    "prompt_tokens_p50",
-    "prompt_tokens_mean",
-    "prompt_tokens_p90",
-    "prompt_tokens_p95",
-    "prompt_tokens_p99",
-    "output_tokens_p50",
-    "output_tokens_mean",
-    "output_tokens_p90",
-    "output_tokens_p95",
-    "output_tokens_p99",
-    "prefix_cache_hit_rate",
-    "residence_s",
-)
-
-
 def _profile_figures(obs: Observation, before: WorkloadProfile | None) -> dict[str, float | None]:
     """The profile figures an observation gives. An unknown hit rate (no prefix-cache
     counters) carries the previous version's figure, or 0 for a first version; either way
@@ -333,7 +315,7 @@ def _changed(
     profile: WorkloadProfile, figures: Mapping[str, float | None], tolerance: float
 ) -> bool:
     """Whether any figure moved by more than ``tolerance`` (relative; absolute for the hit rate)."""
-    for name in _PROFILE_FIGURES:
+    for name in PROFILE_FIGURES:
         old, new = getattr(profile, name), figures[name]
         if old is None or new is None:
             if old != new:
