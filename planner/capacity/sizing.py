@@ -21,15 +21,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Final
 
 from planner.capacity import _checks
 from planner.errors import PlannerInputError
+
+# The planning utilisation target: each replica is planned at 70% of its sustained
+# throughput. The placement contract's default (``target_utilization``) is this value.
+DEFAULT_TARGET_UTILIZATION: Final = 0.7
 
 
 def replicas_needed(
     demand_tok_s: float,
     per_replica_tok_s: float,
-    target_util: float = 0.7,
+    target_util: float = DEFAULT_TARGET_UTILIZATION,
     burst: float = 1.0,
     zones: int = 1,
 ) -> int:
@@ -70,7 +75,7 @@ def replicas_for_promise(
     demand_tok_s: float,
     per_replica_tok_s: float,
     promise: FailurePromise,
-    target_util: float = 0.7,
+    target_util: float = DEFAULT_TARGET_UTILIZATION,
     burst: float = 1.0,
     zones: int = 3,
 ) -> int:
@@ -132,7 +137,7 @@ class RegionalPlan:
 def regional_replicas(
     region_rates: Mapping[str, float],
     per_replica_rps: float = 1.0,
-    target_util: float = 0.7,
+    target_util: float = DEFAULT_TARGET_UTILIZATION,
     spares_per_region: int = 1,
     min_per_region: int = 2,
 ) -> RegionalPlan:
@@ -176,7 +181,7 @@ class StageCapacity:
 
 
 def fleet_request_capacity(
-    replicas: int, per_replica_rps: float = 1.0, target_util: float = 0.7
+    replicas: int, per_replica_rps: float = 1.0, target_util: float = DEFAULT_TARGET_UTILIZATION
 ) -> float:
     """User requests/s a model fleet sustains at its planning utilisation.
 

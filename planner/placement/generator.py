@@ -21,7 +21,7 @@ from typing import Any
 
 from planner.capacity.memory import GB, MIB, kv_pool_bytes, shape_fits
 from planner.errors import PlannerInputError
-from planner.placement.problem import PROBLEM_FORMAT
+from planner.placement.problem import DEFAULT_TARGET_UTILIZATION, PROBLEM_FORMAT
 
 # Runtime and activation reserve per GPU, as in the seeds' 140 GB / 80 GB example.
 RESERVE_BYTES_PER_GPU = 6 * GB
@@ -223,7 +223,7 @@ def generate_problem(
     spill_share: float = 0.4,
     models: int = 4,
     two_model_share: float = 0.35,
-    target_utilization: float = 0.7,
+    target_utilization: float = DEFAULT_TARGET_UTILIZATION,
 ) -> dict[str, Any]:
     """A placement problem in format v1 with ``tenants`` tenants on a random fleet.
 

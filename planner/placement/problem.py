@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final, Literal, cast
 
+from planner.capacity.sizing import DEFAULT_TARGET_UTILIZATION
 from planner.errors import PlannerInputError
 
 # The problem and solution formats: docs/placement-format.md.
@@ -32,8 +33,6 @@ PROMISES: Final[tuple[Promise, ...]] = ("none", "n+1", "zone")
 # Promise strength: "n+1" and "zone" demands both count in the N+1 row, "zone" alone in the
 # zone-loss rows.
 PROMISE_LEVEL: Final[Mapping[Promise, int]] = MappingProxyType({"none": 0, "n+1": 1, "zone": 2})
-
-DEFAULT_TARGET_UTILIZATION: Final = 0.7
 
 
 class ProblemInvalid(PlannerInputError):

@@ -24,11 +24,16 @@ from typing import Any, TypeGuard
 
 from planner.errors import PlannerInputError
 
-PROBLEM_FORMAT = "placement-problem/v1"
-SOLUTION_FORMAT = "placement-solution/v1"
-PROMISES = ("none", "n+1", "zone")
+# The contract's constants are defined once, beside the solver's reader; only the reading
+# below is independent of it.
+from planner.placement.problem import (
+    DEFAULT_TARGET_UTILIZATION,
+    PROBLEM_FORMAT,
+    PROMISES,
+    SOLUTION_FORMAT,
+)
+
 TOLERANCE = 1e-6
-DEFAULT_TARGET_UTILIZATION = 0.7
 
 
 @dataclass(frozen=True)
