@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final, Literal, cast
 
-from planner.capacity.sizing import DEFAULT_TARGET_UTILIZATION
+from planner.capacity.sizing import DEFAULT_TARGET_UTILIZATION as DEFAULT_TARGET_UTILIZATION
 from planner.errors import PlannerInputError
 
 # The problem and solution formats: docs/placement-format.md.
