@@ -101,7 +101,13 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         envstr("DATABASE_URL", f"sqlite:///{VAR_DIR / 'headroom.sqlite3'}"),
-        conn_max_age=envint("DATABASE_CONN_MAX_AGE", 0),
+        # Persistent connections: a web thread keeps its connection for this many seconds
+        # instead of opening one per request (a new PostgreSQL connection is a new server
+        # process, several milliseconds of both machines' CPU). 0 closes it after each request.
+        # The connection is checked before a request reuses it, so one the database dropped is
+        # replaced rather than failing the request (docs/benchmarks.md, "API load").
+        conn_max_age=envint("DATABASE_CONN_MAX_AGE", 60, minimum=0),
+        conn_health_checks=True,
     )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -30,6 +30,7 @@ import numpy.typing as npt
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from controlplane.core.memo import RowMemo
 from controlplane.finance import selectors
 from controlplane.finance.models import FinanceReport, FinanceSnapshot, PromisePricing
 from controlplane.finance.snapshot import horizon_for, snapshot_arrays, snapshot_compute
@@ -70,6 +71,11 @@ class FinanceInputError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+# Reports read from their stored rows, shared by the requests of this process (callers only
+# read them).
+STORED_REPORTS: RowMemo[Report] = RowMemo(size=64)
 
 
 class NoActivePlan(LookupError):
@@ -245,12 +251,18 @@ def _cached(
     key = json.dumps(params, sort_keys=True, separators=(",", ":"))
     found = selectors.report_find(snapshot=snapshot, endpoint=endpoint, params=key)
     if found is not None:
-        return Report(
-            **{
-                **found.rows,
-                "group_by": tuple(found.rows["group_by"]),
-                "columns": tuple(found.rows["columns"]),
-            }
+        stored = found
+        # A stored report never changes: its rows are read and parsed once per process.
+        return STORED_REPORTS.get(
+            stored.pk,
+            stored.created_at,
+            lambda: Report(
+                **{
+                    **stored.rows,
+                    "group_by": tuple(stored.rows["group_by"]),
+                    "columns": tuple(stored.rows["columns"]),
+                }
+            ),
         )
     report = build()
     body = report.as_dict()

@@ -58,7 +58,8 @@ class PlanViewSet(ReadOnlyViewSet):
 
     def get_queryset(self) -> QuerySet[Plan]:
         if self.action == "list":
-            return selectors.plan_list()
+            # The list shows no document of a plan (its stale figures are counted).
+            return selectors.plan_list().defer(*selectors.PLAN_DOCUMENTS)
         return selectors.plan_detail_queryset()
 
     def get_serializer_class(self) -> type[BaseSerializer[Any]]:

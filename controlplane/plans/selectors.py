@@ -15,6 +15,12 @@ from controlplane.fleet.selectors import planning_figures
 from controlplane.plans.models import Plan, ReplanRun
 
 
+# A plan's stored documents: hundreds of kilobytes each on a large fleet. Reads that show a
+# plan's figures, or whose derived values are memoised per plan (``core.memo``), defer them;
+# a deferred field is read on its first access.
+PLAN_DOCUMENTS = ("problem", "solution", "explanation", "diff", "binding")
+
+
 def plan_active(*, for_update: bool = False) -> Plan | None:
     """The active plan, if any. ``for_update`` locks its row until the end of the transaction."""
     rows = Plan.objects.filter(state=Plan.State.ACTIVE)
