@@ -208,6 +208,23 @@ def wait_until_up(port: int, process: subprocess.Popen[bytes], deadline_s: float
         time.sleep(0.3)
 
 
+def cpu_seconds(master: int) -> float:
+    """CPU seconds (user + system) the gunicorn master and its workers have used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    except OSError:
+        return math.nan
+    total = 0.0
+    for pid in [str(master), *children]:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def stop(process: subprocess.Popen[bytes], timeout_s: float = 20) -> None:
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
@@ -239,6 +256,8 @@ class StepResult:
     max_ms: float
     errors: int
     load_before: str
+    server_cpu_ms: float = math.nan
+    client_cpu_pct: float = math.nan
     by_kind: dict[str, tuple[int, float, int]] = field(default_factory=dict)
     side: dict[str, int] = field(default_factory=dict)
 
@@ -359,19 +378,28 @@ class Load:
             elapsed = loop.time() - start
         return samples, elapsed
 
-    async def warm(self) -> None:
+    async def warm(self, rounds: int) -> None:
         """Every kind once, one after the other (the finance snapshot and reports are computed
-        and stored by these first calls, as after any new plan version)."""
+        and stored by these first calls, as after any new plan version), then ``rounds`` times
+        all at once, so that every worker has served every kind (a worker imports a view's
+        modules and compiles its templates on its first request)."""
         import aiohttp
 
         async with aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=300), cookie_jar=aiohttp.DummyCookieJar()
         ) as session:
+            loop = asyncio.get_running_loop()
             for kind in self.kinds:
-                for _ in range(2):
-                    sample = await self.fire(session, asyncio.get_running_loop().time(), kind)
-                    if sample.status != 200:
-                        raise RuntimeError(f"warm-up: {kind} answered {sample.status}")
+                sample = await self.fire(session, loop.time(), kind)
+                if sample.status != 200:
+                    raise RuntimeError(f"warm-up: {kind} answered {sample.status}")
+            for _ in range(rounds):
+                samples = await asyncio.gather(
+                    *(self.fire(session, loop.time(), kind) for kind in self.kinds)
+                )
+                failed = [s for s in samples if s.status != 200]
+                if failed:
+                    raise RuntimeError(f"warm-up: {failed[0].kind} answered {failed[0].status}")
 
 
 def summarize(rate: int, samples: list[Sample], elapsed: float, load_before: str) -> StepResult:
@@ -489,9 +517,9 @@ def side_counts(log: Path, since: int) -> tuple[dict[str, int], int]:
 def table(results: Sequence[StepResult], side: bool) -> str:
     head = (
         "| rate req/s | achieved req/s | requests | p50 ms | p95 ms | p99 ms | max ms | errors "
-        "| load average before |"
+        "| web CPU ms/request | generator CPU | load average before |"
     )
-    rule = "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+    rule = "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
     if side:
         head += " re-plans / pulls done |"
         rule += " ---: |"
@@ -501,7 +529,7 @@ def table(results: Sequence[StepResult], side: bool) -> str:
         row = (
             f"| {mark}{r.rate}{mark} | {r.achieved_rps:.0f} | {r.scheduled} | {r.p50_ms:.1f} | "
             f"{r.p95_ms:.1f} | {mark}{r.p99_ms:.1f}{mark} | {r.max_ms:.0f} | {r.errors} | "
-            f"{r.load_before} |"
+            f"{r.server_cpu_ms:.1f} | {r.client_cpu_pct:.0f}% | {r.load_before} |"
         )
         if side:
             row += f" {r.side.get('replan', 0)} / {r.side.get('pull', 0)} |"
@@ -548,6 +576,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="extra gunicorn options after the manifest's, e.g. '--workers 4 --threads 2'",
     )
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the server")
+    parser.add_argument(
+        "--warm-rounds", type=int, default=8, help="rounds of the whole mix before the steps"
+    )
     parser.add_argument("--all-steps", action="store_true", help="do not stop past the knee")
     parser.add_argument("--side-jobs-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -608,7 +639,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         wait_until_up(port, web)
         load = Load(f"http://127.0.0.1:{port}", fx, args.seed)
-        asyncio.run(load.warm())
+        asyncio.run(load.warm(rounds=args.warm_rounds))
         if args.side_jobs:
             side = subprocess.Popen(
                 [
@@ -630,15 +661,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         seen = 0
         for rate in args.rates:
             before = uptime_load()
+            cpu_web, cpu_own = cpu_seconds(web.pid), time.process_time()
             samples, elapsed = asyncio.run(load.step(rate, args.step_s, args.arrivals))
             result = summarize(rate, samples, elapsed, before)
+            answered = sum(s.status != 0 for s in samples)
+            result.server_cpu_ms = (cpu_seconds(web.pid) - cpu_web) * 1000 / max(answered, 1)
+            result.client_cpu_pct = (time.process_time() - cpu_own) * 100 / elapsed
             if args.side_jobs:
                 result.side, seen = side_counts(side_log, seen)
             results.append(result)
             print(
                 f"{rate} req/s: achieved {result.achieved_rps:.0f}, p50 {result.p50_ms:.1f} "
                 f"p95 {result.p95_ms:.1f} p99 {result.p99_ms:.1f} ms, {result.errors} errors, "
-                f"load {before}, side {result.side}",
+                f"web CPU {result.server_cpu_ms:.1f} ms/request, load {before}, side {result.side}",
                 file=sys.stderr,
             )
             print(kinds_table(result), file=sys.stderr)

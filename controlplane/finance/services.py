@@ -268,12 +268,12 @@ def _cached(
     body = report.as_dict()
     try:
         with transaction.atomic():
-            FinanceReport.objects.create(
+            stored = FinanceReport.objects.create(
                 snapshot=snapshot, endpoint=endpoint, params=key, rows=body
             )
     except IntegrityError:
-        pass  # stored by a concurrent request with the same parameters: the same rows
-    return report
+        return report  # stored by a concurrent request with the same parameters: the same rows
+    return STORED_REPORTS.get(stored.pk, stored.created_at, lambda: report)
 
 
 def _periods(
