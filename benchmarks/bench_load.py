@@ -64,6 +64,7 @@ P99_LIMIT_MS = 100.0
 GOAL_RPS = 500
 REQUEST_TIMEOUT_S = 10.0
 USERNAME = "bench-load-admin"
+SIDE_START_S = 300.0
 
 # (name, weight): what one scheduled request is, drawn with these weights.
 MIX: tuple[tuple[str, int], ...] = (
@@ -656,8 +657,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cwd=REPO,
                 env=env,
             )
-            # Let the first re-plan get going before the first step.
-            time.sleep(3)
+            # The steps start once the first re-plan has finished: the side jobs are warm (the
+            # solver loaded, the simulator serving) and run one after the other from then on.
+            deadline = time.monotonic() + SIDE_START_S
+            while not side_log.exists() or not side_log.read_text().strip():
+                if side.poll() is not None:
+                    raise RuntimeError(f"the side jobs exited with {side.returncode}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the first re-plan of the side jobs did not finish")
+                time.sleep(0.5)
         seen = 0
         for rate in args.rates:
             before = uptime_load()

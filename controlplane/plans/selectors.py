@@ -41,7 +41,9 @@ def plan_list() -> QuerySet[Plan]:
 
 
 def plan_detail_queryset() -> QuerySet[Plan]:
-    return plan_list().prefetch_related("allocations", "routing")
+    """Plans in full as the API shows them: everything but the solved problem (the largest
+    document, which the detail does not include)."""
+    return plan_list().prefetch_related("allocations", "routing").defer("problem")
 
 
 def replan_run_list() -> QuerySet[ReplanRun]:

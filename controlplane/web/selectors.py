@@ -237,7 +237,12 @@ def _jobs() -> list[JobStatus]:
                 "raised" + (f"; {derivation.error}" if derivation.error else ""),
             )
         )
-    run = ReplanRun.objects.select_related("plan").order_by("-created_at", "-pk").first()
+    run = (
+        ReplanRun.objects.select_related("plan")
+        .defer(*(f"plan__{name}" for name in PLAN_DOCUMENTS))
+        .order_by("-created_at", "-pk")
+        .first()
+    )
     if run is None:
         jobs.append(JobStatus("Last re-plan", "none", "never run", None, ""))
     else:
