@@ -96,7 +96,9 @@ def create_database(url: str) -> None:
     name = parts.path.lstrip("/")
     admin = urlunsplit(parts._replace(path="/postgres"))
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
@@ -480,13 +482,17 @@ def side_jobs(log: Path, seed: int) -> None:
             run = replan_request(trigger=Plan.Trigger.COMMAND, enqueue=False)
             done = replan_execute(run_id=run.pk)
             status = done.status if done is not None else "none"
-            out.write(json.dumps({"job": "replan", "status": status, "s": time.monotonic() - began}))
+            out.write(
+                json.dumps({"job": "replan", "status": status, "s": time.monotonic() - began})
+            )
             out.write("\n")
             out.flush()
             if stopping:
                 break
             began = time.monotonic()
-            pull = telemetry_pull(window_start=end - timedelta(hours=6), window_end=end, client=client)
+            pull = telemetry_pull(
+                window_start=end - timedelta(hours=6), window_end=end, client=client
+            )
             end -= timedelta(hours=6)
             out.write(
                 json.dumps(

@@ -14,7 +14,6 @@ from controlplane.fleet.models import ReplicaShape
 from controlplane.fleet.selectors import planning_figures
 from controlplane.plans.models import Plan, ReplanRun
 
-
 # A plan's stored documents: hundreds of kilobytes each on a large fleet. Reads that show a
 # plan's figures, or whose derived values are memoised per plan (``core.memo``), defer them;
 # a deferred field is read on its first access.
