@@ -466,7 +466,8 @@ def side_jobs(log: Path, seed: int) -> None:
     spec = support_assistant_fleet()
     history = FleetHistory(spec, now=now, days=14, bucket_s=conf.bucket_s, seed=seed)
     labels = LabelNames(conf.labels.tenant, conf.labels.model, conf.labels.region)
-    server = make_server(FleetSimulator(spec, seed=seed), port=0, labels=labels, history=history)
+    simulator = FleetSimulator(spec, seed=seed, start_time=now)
+    server = make_server(simulator, port=0, labels=labels, history=history)
     rng = random.Random(seed)
     end = datetime.fromtimestamp(math.floor(now / 3600) * 3600, tz=UTC)
     with serving(server) as url, log.open("a") as out:
