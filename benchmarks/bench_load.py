@@ -680,7 +680,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             samples, elapsed = asyncio.run(load.step(rate, args.step_s, args.arrivals))
             result = summarize(rate, samples, elapsed, before)
             answered = sum(s.status != 0 for s in samples)
-            result.server_cpu_ms = (cpu_seconds(web.pid) - cpu_web) * 1000 / max(answered, 1)
+            used_ms = (cpu_seconds(web.pid) - cpu_web) * 1000
+            result.server_cpu_ms = used_ms / answered if answered else math.nan
             result.client_cpu_pct = (time.process_time() - cpu_own) * 100 / elapsed
             if args.side_jobs:
                 result.side, seen = side_counts(side_log, seen)
