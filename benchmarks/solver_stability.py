@@ -190,10 +190,10 @@ def _solve_pair(size: Size, seed: int, limit_s: float, reference_s: float) -> Re
 
 
 def measure_stability(
-    problems: int, limit_s: float, reference_s: float, first_seed: int
+    problems: int, limit_s: float, reference_s: float, first_seed: int, sizes: Sequence[Size]
 ) -> list[Replan]:
     out: list[Replan] = []
-    for size in STABILITY_SIZES:
+    for size in sizes:
         for seed in range(first_seed, first_seed + problems):
             r = _solve_pair(size, seed, limit_s, reference_s)
             out.append(r)
@@ -373,6 +373,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--only", choices=["stability", "spread"], help="run one part only")
     parser.add_argument("--problems", type=int, default=20, help="problems per size (20)")
+    parser.add_argument(
+        "--size", choices=["60×6", "100×8"], help="stability: this size only (default: both)"
+    )
     parser.add_argument("--first-seed", type=int, default=1, help="first problem seed (1)")
     parser.add_argument("--seeds", type=int, default=8, help="solver seeds in the spread (8)")
     parser.add_argument(
@@ -385,11 +388,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--docs", type=Path, default=DOCS, help="the file --write-docs updates")
     parser.add_argument("--json", type=Path, help="also write the raw measurements here")
     parser.add_argument(
-        "--tables-from", type=Path, help="print the tables of an earlier --json file; no solving"
+        "--tables-from",
+        type=Path,
+        nargs="+",
+        help="print the tables of earlier --json files; no solving",
     )
     args = parser.parse_args(argv)
     if args.tables_from:
-        replans, spread, references = _from_json(args.tables_from)
+        replans, spread, references = [], [], {}
+        for path in args.tables_from:
+            more = _from_json(path)
+            replans += more[0]
+            spread += more[1]
+            references.update(more[2])
         if replans:
             print(stability_table(replans) + "\n")
         if spread:
@@ -400,8 +411,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ok = True
     started_load = os.getloadavg()
     if args.only in (None, "stability"):
+        sizes = [z for z in STABILITY_SIZES if args.size is None or z.label.startswith(args.size)]
         results = measure_stability(
-            args.problems, args.limit, args.reference_limit, args.first_seed
+            args.problems, args.limit, args.reference_limit, args.first_seed, sizes
         )
         raw["stability"] = [asdict(r) for r in results]
         text = stability_table(results)

@@ -622,7 +622,8 @@ def _solve_parts(
     their share (by size) of the time left when they start. A single part, CP-SAT (which
     uses the workers itself) and platforms without ``fork`` solve in this process, one part
     at a time. A part whose solve raises, or whose process dies, raises
-    ``PlannerSolverError`` naming the part.
+    ``PlannerSolverError`` naming the part; ``SplitFailed`` (a part's pooled replicas
+    cannot be split over its zones) passes through to the caller, which couples them.
     """
     side_by_side = backend != "cpsat" and len(parts) > 1 and _can_fork()
     lanes = min(len(parts), PARTS_PER_WORKER * max(1, workers)) if side_by_side else 1
@@ -667,6 +668,8 @@ def _solve_parts(
             with _IN_PROCESS:
                 try:
                     solved[part.cells] = _solve_one(job, index, part_deadline(part))
+                except SplitFailed:
+                    raise  # the caller couples the inventories and solves again
                 except Exception as error:
                     raise failed(part, error) from error
             del unfinished[part.cells]
@@ -690,6 +693,8 @@ def _solve_parts(
                     raised = future.exception()
                     if raised is not None:
                         pool.shutdown(wait=False, cancel_futures=True)
+                        if isinstance(raised, SplitFailed):
+                            raise raised
                         raise failed(part, raised) from raised
                     solved[part.cells] = future.result()
                     del unfinished[part.cells]

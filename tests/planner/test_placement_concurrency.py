@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -19,7 +20,7 @@ import planner.placement.solver as solver_module
 from planner.errors import PlannerSolverError
 from planner.placement import parse_problem, solve
 from planner.placement.generator import generate_problem
-from planner.placement.model import Instance
+from planner.placement.model import Instance, SplitFailed, sites
 from planner.placement.verify import verify
 
 # Generous: these solve to proven optimality in well under a second each; the limit only
@@ -138,3 +139,29 @@ def test_a_part_whose_process_dies_is_a_planner_error(monkeypatch: pytest.Monkey
     # The caller's process is unharmed and solves the next problem.
     monkeypatch.undo()
     assert solve(small(2), time_limit_s=LIMIT_S, workers=2, seed=0)["status"] == "optimal"
+
+
+def test_a_split_that_fails_in_a_part_process_reaches_the_caller_as_such(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The caller couples those inventories and solves again; it must not become an error.
+    def no_split(self: Any) -> Any:
+        raise SplitFailed({("region-b", "gpu-x"), ("region-a", "gpu-y")})
+
+    monkeypatch.setattr(solver_module._Stages, "run", no_split)
+    instance = Instance.build(parse_problem(small(1)))
+    parts = instance.parts(set())
+    places = sites(instance)
+    with pytest.raises(SplitFailed) as caught:
+        solver_module._solve_parts(
+            instance,
+            parts,
+            solver_module.start_plan(instance, places),
+            places,
+            set(),
+            deadline=time.perf_counter() + LIMIT_S,
+            workers=2,
+            seed=0,
+            backend="highs",
+        )
+    assert caught.value.keys == {("region-b", "gpu-x"), ("region-a", "gpu-y")}
