@@ -864,11 +864,13 @@ def solve(
 
     ``time_limit_s`` bounds the whole solve in seconds; on expiry the best plan found is
     returned with status ``feasible`` and its ``gap``. Independent parts of the problem are
-    solved side by side, up to four per worker, sharing ``workers`` cores; ``seed`` goes to
-    the MIP solver. A fixed ``workers`` and ``seed`` give the same plan for the same problem
+    solved side by side, each in a forked process of its own, up to four per worker, sharing
+    ``workers`` cores; ``seed`` goes to the MIP solver. Safe to call from several threads at
+    once (in one process, parts are solved one at a time). A fixed ``workers`` and ``seed`` give the same plan for the same problem
     whenever the solve finishes within the limit. An invalid problem gives status
     ``invalid`` (never raises); a time limit or worker count out of range raises
-    ``PlannerInputError``.
+    ``PlannerInputError``; a solver failure on a valid problem (a part's solve raised, or
+    its process died) raises ``PlannerSolverError`` naming the part.
     """
     started = time.perf_counter()
     if not (isinstance(time_limit_s, int | float) and 0 < time_limit_s < math.inf):

@@ -8,6 +8,7 @@ and make a part fail (an exception, a process that dies) to see the error name t
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 import planner.placement.solver as solver_module
+from planner import cli
 from planner.errors import PlannerSolverError
 from planner.placement import parse_problem, solve
 from planner.placement.generator import generate_problem
@@ -165,3 +167,19 @@ def test_a_split_that_fails_in_a_part_process_reaches_the_caller_as_such(
             backend="highs",
         )
     assert caught.value.keys == {("region-b", "gpu-x"), ("region-a", "gpu-y")}
+
+
+def test_the_command_line_reports_a_solver_failure_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(self: Any) -> Any:
+        raise RuntimeError("HiGHS gave up")
+
+    monkeypatch.setattr(solver_module._Stages, "run", broken)
+    path = tmp_path / "problem.json"
+    path.write_text(json.dumps(small(1)))
+    assert cli.main(["solve", str(path), "--time-limit", "30"]) == cli.EXIT_SOLVER_FAILED
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "solver failed: solving the part of" in err[0]
+    assert "RuntimeError: HiGHS gave up" in err[0]
