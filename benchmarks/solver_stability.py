@@ -249,7 +249,12 @@ def measure_spread(seeds: int, reference_s: float) -> tuple[list[SpreadRun], dic
 
 
 def _pct(value: float | None, digits: int = 2) -> str:
-    return "–" if value is None else f"{100.0 * value:.{digits}f} %"
+    if value is None:
+        return "–"
+    percent = 100.0 * value
+    if abs(percent) < 0.5 * 10.0**-digits:
+        percent = 0.0  # no "-0.000 %"
+    return f"{percent:.{digits}f} %"
 
 
 def _median(values: Sequence[float]) -> str:
@@ -260,8 +265,9 @@ def stability_table(results: Sequence[Replan]) -> str:
     lines = [
         "| size | problems | crashes | violations | first plan s, median (max) | "
         "re-plan s, median (max) | re-plan statuses | re-plan vs reference's best plan, "
-        "median (max) | re-plan to reference's bound, median (max) | reference proven |",
-        "| --- | ---: | ---: | ---: | --- | --- | --- | --- | --- | ---: |",
+        "median (max) | re-plan cheaper / as cheap / dearer than reference's plan | "
+        "re-plan to reference's bound, median (max) | reference proven |",
+        "| --- | ---: | ---: | ---: | --- | --- | --- | --- | --- | --- | ---: |",
     ]
     for label in dict.fromkeys(r.size for r in results):
         rows = [r for r in results if r.size == label]
@@ -279,6 +285,8 @@ def stability_table(results: Sequence[Replan]) -> str:
             + ", ".join(f"{statuses.count(k)}× {k}" for k in kinds)
             + f" | {_pct(statistics.median(to_best) if to_best else None, 3)} "
             f"({_pct(max(to_best, default=None), 3)}) | "
+            f"{sum(x < -1e-9 for x in to_best)} / {sum(abs(x) <= 1e-9 for x in to_best)} / "
+            f"{sum(x > 1e-9 for x in to_best)} | "
             f"{_pct(statistics.median(to_bound) if to_bound else None, 3)} "
             f"({_pct(max(to_bound, default=None), 3)}) | {proven} of {len(rows)} |"
         )
