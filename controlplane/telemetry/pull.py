@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane.core.outage import on_fresh_connection
 from controlplane.core.schedule import ScheduledTask
 from controlplane.telemetry import histograms, selectors
 from controlplane.telemetry.conf import LabelConfig, TelemetrySettings, telemetry_settings
@@ -301,7 +302,8 @@ def _pull_failed(pull: TelemetryPull, exc: Exception) -> None:
     pull.error = f"{type(exc).__name__}: {exc}"
     pull.samples_stored = 0
     pull.finished_at = timezone.now()
-    pull.save()
+    # On a new connection if the database restarted during the pull: the failure is recorded.
+    on_fresh_connection(pull.save)
 
 
 # -- schedule -------------------------------------------------------------------------------------
