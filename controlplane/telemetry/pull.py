@@ -262,11 +262,13 @@ def telemetry_pull(
     pull.series_fetched = fetched.series
     pull.samples_fetched = fetched.sample_count
     pull.skipped_series = fetched.skipped_series
-    pull.unknown_labels = selectors.unknown_label_values(
-        {(k.tenant, k.model, k.region) for k in fetched.samples}, selectors.known_names()
-    )
-    overwrite = selectors.overlaps_incomplete(bucket_s=conf.bucket_s, start=start, end=end)
+    # Every read and write from here is inside the try: the database failing (restarted under
+    # the pull) leaves a failed report, not one running for ever.
     try:
+        pull.unknown_labels = selectors.unknown_label_values(
+            {(k.tenant, k.model, k.region) for k in fetched.samples}, selectors.known_names()
+        )
+        overwrite = selectors.overlaps_incomplete(bucket_s=conf.bucket_s, start=start, end=end)
         with transaction.atomic():
             ids = series_ids(keys=fetched.samples, bucket_s=conf.bucket_s)
             rows = [

@@ -13,9 +13,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from controlplane.celery import app
-from controlplane.fleet.models import ReplicaShape
+
+if TYPE_CHECKING:
+    from controlplane.fleet.models import ReplicaShape
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 REDIS_SERVER = shutil.which("redis-server")
@@ -32,21 +35,19 @@ def free_port() -> int:
 def broker_at(url: str) -> Iterator[None]:
     """The Celery app sends to ``url`` (not in-process) inside the block."""
     saved = (app.conf.task_always_eager, app.conf.broker_url)
+    pools = (app._pool, app.amqp._producer_pool)
+    # New pools for this URL; the app's own are put back untouched afterwards (kombu keeps a
+    # registry of producer pools by connection, so closing them would break later sends).
+    app._pool = app.amqp._producer_pool = None
     app.conf.task_always_eager = False
     app.conf.broker_url = url
-    _reset_pools()  # the pools were built for the old URL
     try:
         yield
     finally:
-        _reset_pools()
+        if app._pool is not None:
+            app._pool.force_close_all()
+        app._pool, app.amqp._producer_pool = pools
         app.conf.task_always_eager, app.conf.broker_url = saved
-
-
-def _reset_pools() -> None:
-    if app._pool is not None:
-        app._pool.force_close_all()
-    app._pool = None
-    app.amqp._producer_pool = None
 
 
 @contextmanager
@@ -84,14 +85,26 @@ class PrivatePostgres:
     """A PostgreSQL cluster of its own in a temporary folder, on a free port, run as the
     ``postgres`` user when this process is root (initdb refuses root)."""
 
-    def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="headroom-faults-pg-"))
+    ROOT_ENV = "HEADROOM_FAULTS_PG_ROOT"
+    PORT_ENV = "HEADROOM_FAULTS_PG_PORT"
+
+    def __init__(self, root: Path | None = None, port: int | None = None) -> None:
+        """A new cluster's folder and port; or, given both, the cluster already there (the
+        fault driver restarts the test's cluster with it)."""
+        self.root = root or Path(tempfile.mkdtemp(prefix="headroom-faults-pg-"))
         self.data = self.root / "data"
-        self.port = free_port()
+        self.port = port or free_port()
         self._user = "postgres" if os.geteuid() == 0 else None
-        if self._user is not None:
+        if self._user is not None and root is None:
             pw = pwd.getpwnam(self._user)
             os.chown(self.root, pw.pw_uid, pw.pw_gid)
+
+    @classmethod
+    def from_env(cls) -> PrivatePostgres:
+        return cls(Path(os.environ[cls.ROOT_ENV]), int(os.environ[cls.PORT_ENV]))
+
+    def env(self) -> dict[str, str]:
+        return {self.ROOT_ENV: str(self.root), self.PORT_ENV: str(self.port)}
 
     @staticmethod
     def available() -> bool:
