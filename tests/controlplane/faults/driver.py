@@ -26,7 +26,7 @@ from controlplane.core.outage import DATABASE_ERRORS  # noqa: E402
 from controlplane.core.roles import VIEWER  # noqa: E402
 from controlplane.pipeline.recovery import jobs_recover  # noqa: E402
 from controlplane.plans import services  # noqa: E402
-from controlplane.plans.models import Plan, PlannerLock, ReplanRun  # noqa: E402
+from controlplane.plans.models import Plan, PlannerLock  # noqa: E402
 from controlplane.telemetry.models import TelemetryPull, TelemetrySample  # noqa: E402
 from controlplane.telemetry.prometheus import RangeAnswer, RangeSeries  # noqa: E402
 from controlplane.telemetry.pull import telemetry_pull  # noqa: E402
