@@ -10,12 +10,14 @@ failure could not be written, or the broker forgot an unacknowledged task.
 Every ``HEADROOM_RECOVERY_EVERY_S`` (300) beat sends ``headroom.pipeline.recover_jobs``, which
 for each kind of job:
 
-- **queued** re-plans and benchmark runs older than ``HEADROOM_JOB_RESEND_AFTER_S`` (300):
-  their task is sent again. A second delivery of a task whose first one does arrive is
-  harmless: the run's status guard (and, for a re-plan, the planner lock and the inputs hash)
-  makes it do nothing more.
-- **queued** for longer than ``HEADROOM_JOB_QUEUED_TIMEOUT_S`` (3600): failed, saying no worker
-  took it.
+- **queued** re-plans and benchmark runs that have waited ``HEADROOM_JOB_RESEND_AFTER_S``
+  (300): their task is sent again, once (by the first sweep after that wait: the one whose
+  interval the wait ends in), so a long but healthy queue does not fill with copies. A second
+  delivery of a task whose first one does arrive is harmless: the run's status guard (and, for
+  a re-plan, the planner lock and the inputs hash) makes it do nothing more.
+- **queued** re-plans older than ``HEADROOM_JOB_QUEUED_TIMEOUT_S`` (3600): failed, saying no
+  worker took it. Benchmark runs may wait hours behind each other on the benchmark workers:
+  the benchmark schedule fails those queued for twice the benchmark timeout.
 - **running** re-plans, telemetry pulls and profile derivations whose start is older than the
   hard task time limit plus a minute: failed (no task runs past the limit, so its worker is
   gone). Benchmark runs have their own rule in the benchmark schedule (twice their timeout).
@@ -84,11 +86,13 @@ class _Queued:
     model: type[Job]
     queued_at: str
     task: Callable[[Any], str]
+    # Fail it when queued past HEADROOM_JOB_QUEUED_TIMEOUT_S (else its app's own rule does).
+    times_out: bool
 
 
 _QUEUED = (
-    _Queued(ReplanRun, "created_at", lambda run: REPLAN_TASK),
-    _Queued(BenchmarkRun, "requested_at", run_task),
+    _Queued(ReplanRun, "created_at", lambda run: REPLAN_TASK, times_out=True),
+    _Queued(BenchmarkRun, "requested_at", run_task, times_out=False),
 )
 _RUNNING: tuple[type[Job], ...] = (ReplanRun, TelemetryPull, ProfileDerivation)
 
@@ -104,19 +108,26 @@ def jobs_recover(*, now: datetime | None = None) -> RecoveryReport:
     report = RecoveryReport()
     for kind in _QUEUED:
         queued = kind.model._default_manager.filter(status=JobStatus.QUEUED)
-        too_old = now - timedelta(seconds=conf.queued_timeout_s)
-        for pk in queued.filter(**{f"{kind.queued_at}__lte": too_old}).values_list("pk", flat=True):
-            error = (
-                f"No worker took it within {conf.queued_timeout_s} s of being queued (its task "
-                "was lost: the broker unreachable or restarted). Request it again."
-            )
-            if job_fail(kind.model, pk, error):
-                report.failed.append(_label(kind.model, pk))
-        resend_before = now - timedelta(seconds=conf.resend_after_s)
-        stale = queued.filter(
-            **{f"{kind.queued_at}__lte": resend_before, f"{kind.queued_at}__gt": too_old}
+        if kind.times_out:
+            too_old = now - timedelta(seconds=conf.queued_timeout_s)
+            for pk in queued.filter(**{f"{kind.queued_at}__lte": too_old}).values_list(
+                "pk", flat=True
+            ):
+                error = (
+                    f"No worker took it within {conf.queued_timeout_s} s of being queued (its "
+                    "task was lost: the broker unreachable or restarted). Request it again."
+                )
+                if job_fail(kind.model, pk, error):
+                    report.failed.append(_label(kind.model, pk))
+        # The wait ended within the last sweep interval: this sweep is the one that re-sends.
+        waited = now - timedelta(seconds=conf.resend_after_s)
+        due = queued.filter(
+            **{
+                f"{kind.queued_at}__lte": waited,
+                f"{kind.queued_at}__gt": waited - timedelta(seconds=conf.every_s),
+            }
         )
-        for job in stale:
+        for job in due:
             try:
                 task_send(kind.task(job), job.pk)
             except DependencyUnavailable as exc:

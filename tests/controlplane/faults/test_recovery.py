@@ -9,7 +9,8 @@ import pytest
 from django.utils import timezone
 
 from controlplane.benchmarks.models import BenchmarkRun
-from controlplane.benchmarks.services import benchmark_run_request
+from controlplane.benchmarks.services import ENGINE_TASK, benchmark_run_request
+from controlplane.pipeline import recovery
 from controlplane.pipeline.recovery import jobs_recover
 from controlplane.plans.models import Plan, ReplanRun
 from controlplane.plans.services import replan_request
@@ -25,16 +26,18 @@ def _queued_run(age_s: float) -> ReplanRun:
     return run
 
 
-def test_a_young_queued_run_is_left_alone_and_an_older_one_is_sent_again() -> None:
-    young, lost = _queued_run(60), _queued_run(600)
+def test_a_queued_run_is_sent_again_once_by_the_sweep_after_its_wait() -> None:
+    """Sweeps every 300 s, re-send after 300 s: the run that waited between 300 and 600 s is
+    re-sent; a younger one waits for a later sweep; an older one had its re-send already."""
+    young, due, resent_before = _queued_run(60), _queued_run(400), _queued_run(800)
     report = jobs_recover()
-    assert report.resent == [f"replanrun {lost.pk}"]
-    young.refresh_from_db()
-    lost.refresh_from_db()
-    assert young.status == ReplanRun.Status.QUEUED
+    assert report.resent == [f"replanrun {due.pk}"]
+    for run in (young, due, resent_before):
+        run.refresh_from_db()
+    assert young.status == resent_before.status == ReplanRun.Status.QUEUED
     # Sent again (here in-process): the run was executed and finished, whatever its outcome.
-    assert lost.status in ReplanRun.FINISHED
-    assert lost.attempts == 1
+    assert due.status in ReplanRun.FINISHED
+    assert due.attempts == 1
 
 
 def test_a_run_queued_past_the_timeout_is_failed_with_the_reason() -> None:
@@ -48,7 +51,7 @@ def test_a_run_queued_past_the_timeout_is_failed_with_the_reason() -> None:
 
 
 def test_a_resend_the_broker_refuses_is_reported_and_the_run_stays_queued() -> None:
-    run = _queued_run(600)
+    run = _queued_run(400)
     with closed_port_broker():
         report = jobs_recover()
     assert report.resent == []
@@ -57,14 +60,24 @@ def test_a_resend_the_broker_refuses_is_reported_and_the_run_stays_queued() -> N
     assert run.status == ReplanRun.Status.QUEUED
 
 
-def test_a_lost_benchmark_run_no_longer_blocks_its_shape() -> None:
+def test_a_lost_benchmark_run_is_sent_again_but_not_timed_out_here(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Benchmark runs can wait hours behind each other: the sweep re-sends a lost one once, and
+    leaves failing it to the benchmark schedule (twice the benchmark timeout)."""
+    sent: list[tuple[str, tuple[object, ...]]] = []
+    monkeypatch.setattr(recovery, "task_send", lambda name, *args: sent.append((name, args)))
     shape = make_shape()
-    run, created = benchmark_run_request(shape=shape, enqueue=False)
-    assert created
-    BenchmarkRun.objects.filter(pk=run.pk).update(requested_at=timezone.now() - timedelta(hours=2))
-    assert jobs_recover().failed == [f"benchmarkrun {run.pk}"]
-    _again, created = benchmark_run_request(shape=shape, enqueue=False)
-    assert created
+    run, _ = benchmark_run_request(shape=shape, enqueue=False)
+    BenchmarkRun.objects.filter(pk=run.pk).update(
+        requested_at=timezone.now() - timedelta(seconds=400)
+    )
+    assert jobs_recover().resent == [f"benchmarkrun {run.pk}"]
+    assert sent == [(ENGINE_TASK, (run.pk,))]
+    BenchmarkRun.objects.filter(pk=run.pk).update(requested_at=timezone.now() - timedelta(hours=5))
+    assert jobs_recover().failed == []
+    run.refresh_from_db()
+    assert run.status == BenchmarkRun.Status.QUEUED
 
 
 def test_a_pull_left_running_past_the_time_limit_is_failed(settings: object) -> None:
