@@ -35,9 +35,11 @@ from controlplane.core.api import (
     QueryGuardMixin,
     RecordPagination,
     StableOrderingFilter,
+    TenantScopeMixin,
 )
 from controlplane.core.parsers import StrictJSONParser
 from controlplane.core.roles import POLICY_ADMIN, ROLES, RolePermission
+from controlplane.core.tenancy import TENANT_FLEET, TENANT_OWN
 from controlplane.fleet.models import (
     AcceleratorType,
     CapacityFigure,
@@ -53,8 +55,13 @@ from controlplane.fleet.models import (
 from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
 
 
-class RecordViewSet(QueryGuardMixin, viewsets.ModelViewSet[Any]):
-    """List, retrieve, create, update, delete and history of one kind of record."""
+class RecordViewSet(QueryGuardMixin, TenantScopeMixin, viewsets.ModelViewSet[Any]):
+    """List, retrieve, create, update, delete and history of one kind of record.
+
+    Fleet records are read-only to a tenant key (``TENANT_FLEET``); policy records set their
+    own ``tenant_access`` (``core.tenancy``)."""
+
+    tenant_access = TENANT_FLEET
 
     permission_classes = [RolePermission]
     read_roles = frozenset(ROLES)
@@ -81,6 +88,9 @@ class RecordViewSet(QueryGuardMixin, viewsets.ModelViewSet[Any]):
     @action(detail=True, methods=["get"], serializer_class=HistoryEntrySerializer)
     def history(self, request: Request, pk: str) -> Response:
         model = self.get_queryset().model
+        if self.tenant_principal is not None:
+            # A key reads the history of its own tenant's live records only (404 otherwise).
+            self.get_object()
         rows: QuerySet[Any] = (
             model.history.filter(**{model._meta.pk.attname: pk})
             .select_related("history_user")
@@ -246,6 +256,10 @@ class TierViewSet(RevisionedRecordViewSet):
 
 
 class TenantViewSet(RevisionedRecordViewSet):
+    # A key reads and updates its own tenant; creating or deleting tenants is an operator's.
+    tenant_access = TENANT_OWN
+    tenant_lookup = "name"
+    tenant_writes = frozenset({"update", "partial_update"})
     # Constant query count for a page of any size: the quota joins in, regions prefetch.
     queryset = Tenant.objects.select_related("quota").prefetch_related("residency_regions")
     serializer_class = serializers.TenantSerializer
@@ -255,6 +269,9 @@ class TenantViewSet(RevisionedRecordViewSet):
 
 
 class TenantQuotaViewSet(RevisionedRecordViewSet):
+    tenant_access = TENANT_OWN
+    tenant_lookup = "tenant__name"
+    tenant_writes = frozenset({"update", "partial_update"})
     queryset = TenantQuota.objects.all()
     serializer_class = serializers.TenantQuotaSerializer
     filterset_class = filters.TenantQuotaFilter
@@ -263,6 +280,9 @@ class TenantQuotaViewSet(RevisionedRecordViewSet):
 
 
 class WorkloadProfileViewSet(RecordViewSet):
+    tenant_access = TENANT_OWN
+    tenant_lookup = "tenant__name"
+    tenant_writes = frozenset({"create", "update", "partial_update", "destroy"})
     queryset = WorkloadProfile.objects.all()
     serializer_class = serializers.WorkloadProfileSerializer
     filterset_class = filters.WorkloadProfileFilter
