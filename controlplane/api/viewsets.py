@@ -58,10 +58,8 @@ from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProf
 class RecordViewSet(QueryGuardMixin, TenantScopeMixin, viewsets.ModelViewSet[Any]):
     """List, retrieve, create, update, delete and history of one kind of record.
 
-    Fleet records are read-only to a tenant key (``TENANT_FLEET``); policy records set their
-    own ``tenant_access`` (``core.tenancy``)."""
-
-    tenant_access = TENANT_FLEET
+    Refused to a tenant key unless the endpoint sets ``tenant_access`` (``core.tenancy``):
+    fleet records are read-only to a key (``FleetRecordViewSet``), policy records its own."""
 
     permission_classes = [RolePermission]
     read_roles = frozenset(ROLES)
@@ -162,27 +160,33 @@ def _with_etag(response: Response) -> Response:
     return response
 
 
-class GeographyViewSet(RecordViewSet):
+class FleetRecordViewSet(RecordViewSet):
+    """Fleet-wide records: a tenant key reads them (to read its own figures), writes none."""
+
+    tenant_access = TENANT_FLEET
+
+
+class GeographyViewSet(FleetRecordViewSet):
     queryset = Geography.objects.all()
     serializer_class = serializers.GeographySerializer
     search_fields = ("name", "description")
 
 
-class RegionViewSet(RecordViewSet):
+class RegionViewSet(FleetRecordViewSet):
     queryset = Region.objects.all()
     serializer_class = serializers.RegionSerializer
     filterset_class = filters.RegionFilter
     ordering_fields = ("id", "name", "geography__name", "price_multiplier")
 
 
-class ZoneViewSet(RecordViewSet):
+class ZoneViewSet(FleetRecordViewSet):
     queryset = Zone.objects.all()
     serializer_class = serializers.ZoneSerializer
     filterset_class = filters.ZoneFilter
     ordering_fields = ("id", "name", "region__name", "state")
 
 
-class RegionLinkViewSet(RecordViewSet):
+class RegionLinkViewSet(FleetRecordViewSet):
     queryset = RegionLink.objects.all()
     serializer_class = serializers.RegionLinkSerializer
     filterset_class = filters.RegionLinkFilter
@@ -190,7 +194,7 @@ class RegionLinkViewSet(RecordViewSet):
     ordering_fields = ("id", "region_a__name", "region_b__name", "rtt_ms")
 
 
-class AcceleratorTypeViewSet(RecordViewSet):
+class AcceleratorTypeViewSet(FleetRecordViewSet):
     queryset = AcceleratorType.objects.all()
     serializer_class = serializers.AcceleratorTypeSerializer
     ordering_fields = (
@@ -204,7 +208,7 @@ class AcceleratorTypeViewSet(RecordViewSet):
     )
 
 
-class ZoneInventoryViewSet(RecordViewSet):
+class ZoneInventoryViewSet(FleetRecordViewSet):
     queryset = ZoneInventory.objects.all()
     serializer_class = serializers.ZoneInventorySerializer
     filterset_class = filters.ZoneInventoryFilter
@@ -212,13 +216,13 @@ class ZoneInventoryViewSet(RecordViewSet):
     ordering_fields = ("id", "zone__name", "accelerator__name", "gpus_available")
 
 
-class LlmModelViewSet(RecordViewSet):
+class LlmModelViewSet(FleetRecordViewSet):
     queryset = LlmModel.objects.all()
     serializer_class = serializers.LlmModelSerializer
     ordering_fields = ("id", "name", "parameters_billions")
 
 
-class ReplicaShapeViewSet(RecordViewSet):
+class ReplicaShapeViewSet(FleetRecordViewSet):
     # The derived KV figures read the model and accelerator of every shape.
     queryset = ReplicaShape.objects.select_related("model", "accelerator")
     serializer_class = serializers.ReplicaShapeSerializer
@@ -227,13 +231,13 @@ class ReplicaShapeViewSet(RecordViewSet):
     ordering_fields = ("id", "name", "model__name", "accelerator__name", "gpus_per_replica")
 
 
-class WorkloadClassViewSet(RecordViewSet):
+class WorkloadClassViewSet(FleetRecordViewSet):
     queryset = WorkloadClass.objects.all()
     serializer_class = serializers.WorkloadClassSerializer
     search_fields = ("name", "description")
 
 
-class CapacityFigureViewSet(RecordViewSet):
+class CapacityFigureViewSet(FleetRecordViewSet):
     queryset = CapacityFigure.objects.all()
     serializer_class = serializers.CapacityFigureSerializer
     filterset_class = filters.CapacityFigureFilter
@@ -249,6 +253,7 @@ class CapacityFigureViewSet(RecordViewSet):
 
 
 class TierViewSet(RevisionedRecordViewSet):
+    tenant_access = TENANT_FLEET
     queryset = Tier.objects.all()
     serializer_class = serializers.TierSerializer
     filterset_class = filters.TierFilter
