@@ -1121,7 +1121,7 @@ def finance_history(
             overlap = (hi - lo) / HOUR_S
             for row in plan.allocations.all():
                 parts = shares.get((row.region, row.shape)) or [(IDLE, "", 1.0)]
-                for tenant, tier, share in parts:
+                for part_tenant, tier, share in parts:
                     values = {
                         "hours_active": overlap,
                         "replica_hours": share * row.replicas * overlap,
@@ -1134,7 +1134,7 @@ def finance_history(
                         "accelerator": row.accelerator,
                         "shape": row.shape,
                         "model": model_of.get(row.shape, ""),
-                        "tenant": tenant,
+                        "tenant": part_tenant,
                         "tier": tier,
                     }
                     for name, text in attrs.items():

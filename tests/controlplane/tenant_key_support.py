@@ -3,7 +3,7 @@
 ``two_tenant_world`` builds the finance seeds' fleet with its two tenants ("assistant", 8
 requests/s, and "helper", 2 requests/s), solves and activates a plan that routes both, and
 adds, for each tenant, a quota, a telemetry profile, a series, an observation and an open
-drift alert. ``key_client(key)`` is an API client sending ``Authorization: Bearer <key>``.
+drift alert; the first tenant's telemetry profile is pooled with the second's. ``key_client(key)`` is an API client sending ``Authorization: Bearer <key>``.
 ``issue_key`` makes a key the way an operator would (also usable by other test suites that
 need a tenant-key caller, e.g. a schema fuzzer).
 """
@@ -53,9 +53,7 @@ class World:
 
 
 def issue_key(tenant: Tenant, *, name: str = "test", read_only: bool = False) -> str:
-    return tenant_key_create(
-        tenant=tenant, name=name, created_by=None, read_only=read_only
-    ).key
+    return tenant_key_create(tenant=tenant, name=name, created_by=None, read_only=read_only).key
 
 
 def key_client(key: str) -> APIClient:
@@ -123,5 +121,6 @@ def two_tenant_world() -> World:
     )
     own = _tenant_records(Tenant.objects.get(name=OWN), derivation)
     other = _tenant_records(Tenant.objects.get(name=OTHER), derivation)
+    # A pooled measurement: telemetry could not tell the two tenants apart.
+    WorkloadProfile.objects.filter(pk=own.telemetry_profile.pk).update(pool_tenants=[OWN, OTHER])
     return World(plan=plan, own=own, other=other)
-

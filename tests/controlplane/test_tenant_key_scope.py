@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
 from rest_framework.test import APIClient
 
+from controlplane.plans.models import Plan
 from tests.controlplane.tenant_key_support import (
     OTHER,
     TenantRecords,
@@ -274,9 +277,15 @@ def test_plans_show_only_the_tenants_routing(name: str, world: World, client: AP
 
 @pytest.mark.parametrize("name", sorted(FINANCE))
 def test_finance_rows_are_the_tenants_own(name: str, world: World, client: APIClient) -> None:
-    params = {"horizon": 2}
+    params: dict[str, Any] = {"horizon": 2}
     if name == "finance-opencost":
         params["aggregate"] = "region"
+    if name == "finance-history":
+        # Active since two days ago: whole days of history, split between both tenants.
+        Plan.objects.filter(pk=world.plan.pk).update(
+            activated_at=timezone.now() - timedelta(days=2)
+        )
+        params = {"period": "day", "horizon": 3, "group_by": "region"}
     response = client.get(reverse(name), params)
     assert response.status_code == 200, response.content
     assert_nothing_of(world.other, response)
@@ -288,10 +297,6 @@ def test_finance_rows_are_the_tenants_own(name: str, world: World, client: APICl
             for alloc in window.values()
         )
         return
-    if name == "finance-history":
-        # The plan was activated this hour: no whole hour of it is history yet.
-        assert {r["tenant"] for r in body["rows"]} <= {"assistant"}
-        return
     assert body["rows"]
     if name == "finance-promises":
         assert {(r["scope"], r["name"]) for r in body["rows"]} == {("tenant", "assistant")}
@@ -300,13 +305,28 @@ def test_finance_rows_are_the_tenants_own(name: str, world: World, client: APICl
 
 
 @pytest.mark.parametrize(
-    "name", ["tenant-list", "drift-alert-list", "plan-active", "finance-showback", "plan-detail"]
+    "name",
+    [
+        "tenant-list",
+        "drift-alert-list",
+        "plan-active",
+        "finance-showback",
+        "plan-detail",
+        "finance-history",
+    ],
 )
 def test_an_operator_sees_both_tenants_where_a_key_sees_one(
     name: str, world: World, api_client_for: Any
 ) -> None:
     """The walk's check can fail: the same routes name the other tenant to a user."""
+    Plan.objects.filter(pk=world.plan.pk).update(activated_at=timezone.now() - timedelta(days=2))
     kwargs = {"pk": world.plan.pk} if name == "plan-detail" else None
-    response = api_client_for("viewer").get(reverse(name, kwargs=kwargs))
+    params = {"period": "day", "horizon": 3, "group_by": "tenant"} if "history" in name else {}
+    response = api_client_for("viewer").get(reverse(name, kwargs=kwargs), params)
     assert response.status_code == 200
     assert OTHER in response.content.decode()
+
+
+def test_a_pooled_profile_names_only_the_keys_tenant(world: World, client: APIClient) -> None:
+    url = reverse("telemetry-profile-detail", kwargs={"pk": world.own.telemetry_profile.pk})
+    assert client.get(url).json()["pool_tenants"] == ["assistant"]

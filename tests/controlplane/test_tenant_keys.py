@@ -273,7 +273,10 @@ def test_a_key_changes_its_own_policy(tenants: tuple[Tenant, Tenant]) -> None:
     }
     made = client.post(reverse("workload-profile-list"), body, format="json")
     assert made.status_code == 201, made.content
-    assert client.delete(reverse("workload-profile-detail", args=[made.json()["id"]])).status_code == 204
+    assert (
+        client.delete(reverse("workload-profile-detail", args=[made.json()["id"]])).status_code
+        == 204
+    )
 
 
 def test_writes_naming_another_tenant_are_refused(tenants: tuple[Tenant, Tenant]) -> None:
@@ -309,7 +312,10 @@ def test_writes_naming_another_tenant_are_refused(tenants: tuple[Tenant, Tenant]
     url = reverse("workload-profile-detail", args=[theirs.pk])
     assert client.patch(url, {"peak_requests_per_s": 1.0}, format="json").status_code == 404
     assert client.delete(url).status_code == 404
-    assert client.patch(reverse("tenant-detail", args=[other.pk]), {}, format="json").status_code == 404
+    assert (
+        client.patch(reverse("tenant-detail", args=[other.pk]), {}, format="json").status_code
+        == 404
+    )
     assert WorkloadProfile.objects.filter(pk=theirs.pk).exists()
 
 
