@@ -118,8 +118,10 @@ def tenant_key_authenticate(*, key: str, now: datetime | None = None) -> TenantK
         raise TenantKeyRefused("This tenant key is revoked.")
     if record.expires_at is not None and record.expires_at <= moment:
         raise TenantKeyRefused("This tenant key has expired.")
-    # One conditional UPDATE: no write when the key was already used this minute.
-    TenantKey.objects.filter(pk=record.pk).filter(
-        Q(last_used_at__isnull=True) | Q(last_used_at__lte=moment - LAST_USED_RESOLUTION)
-    ).update(last_used_at=moment)
+    due = moment - LAST_USED_RESOLUTION
+    if record.last_used_at is None or record.last_used_at <= due:
+        # Conditional: of concurrent requests in the same minute, one writes.
+        TenantKey.objects.filter(pk=record.pk).filter(
+            Q(last_used_at__isnull=True) | Q(last_used_at__lte=due)
+        ).update(last_used_at=moment)
     return record

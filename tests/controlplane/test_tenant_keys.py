@@ -12,7 +12,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -391,3 +393,14 @@ def test_the_schema_names_the_key_scheme(api_client_for: Any) -> None:
     assert scheme == {**scheme, "type": "http", "scheme": "bearer"}
     tenants_get = schema["paths"]["/api/tenants/"]["get"]
     assert {"tenantKey": []} in tenants_get["security"]
+
+
+def test_a_key_costs_one_query_a_request(tenants: tuple[Tenant, Tenant]) -> None:
+    """Finding the key (with its tenant) is one SELECT; its use is written once a minute."""
+    client = key_client(issue_key(tenants[0]))
+    url = reverse("tenant-detail", args=[tenants[0].pk])
+    assert client.get(url).status_code == 200  # records the first use
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(url).status_code == 200
+    key_queries = [q["sql"] for q in queries if "access_tenantkey" in q["sql"]]
+    assert len(key_queries) == 1 and key_queries[0].startswith("SELECT"), key_queries
