@@ -202,8 +202,10 @@ def test_a_key_cannot_make_list_or_revoke_keys(tenants: tuple[Tenant, Tenant]) -
     assert client.delete(reverse("tenant-key-detail", args=[record.pk])).status_code == 403
     assert client.post(reverse("tenant-key-revoke", args=[record.pk])).status_code == 403
     assert TenantKey.objects.count() == 1 and TenantKey.objects.get().revoked_at is None
-    # Nor exchange itself for a user's token.
+    # Nor exchange itself for a user's token, nor pass for one.
     assert client.post(reverse("auth-token"), {}, format="json").status_code == 400
+    assert client.delete(reverse("auth-token")).status_code == 403
+    assert TenantKey.objects.get().revoked_at is None
 
 
 def test_a_key_does_not_sign_in_to_the_pages_or_the_admin(tenants: tuple[Tenant, Tenant]) -> None:
