@@ -84,7 +84,12 @@ class Bounds:
     def validators(self) -> list[Callable[[Any], None]]:
         """Finite, then at least ``low`` and at most ``high`` (NaN fails ``finite``: it
         compares false with both ends)."""
-        return [finite, MinValueValidator(self.low), MaxValueValidator(self.high)]
+        unit = f" {self.unit}" if self.unit else ""
+        return [
+            finite,
+            MinValueValidator(self.low, message=f"Must be at least {_number(self.low)}{unit}."),
+            MaxValueValidator(self.high, message=f"Must be at most {_number(self.high)}{unit}."),
+        ]
 
     def help(self, text: str = "") -> str:
         """``text`` followed by the range, e.g. "p95 TTFT, seconds. From 0.01 to 600 s."."""
