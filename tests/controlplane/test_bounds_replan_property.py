@@ -119,7 +119,7 @@ class AcceptedRecordsArePlannable(TestCase):
         cls.admin = make_user("bounds-admin", POLICY_ADMIN)
 
     @settings(
-        max_examples=20,
+        max_examples=12,
         deadline=None,
         derandomize=True,
         database=None,
