@@ -172,8 +172,8 @@ class AcceptedRecordsArePlannable(TestCase):
 @pytest.mark.parametrize(
     ("field", "value", "named"),
     [
-        ("burst_factor", 1e308, "demands[0].burst"),
-        ("target_utilization", 1e-300, "tier premium: burst_factor"),
+        ("burst_factor", 1e308, "].burst: requests_per_s × burst"),
+        ("target_utilization", 5e-324, "tier premium: burst_factor"),
     ],
 )
 def test_a_record_stored_around_the_bounds_fails_the_replan_with_the_field_named(
