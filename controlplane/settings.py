@@ -45,8 +45,10 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "simple_history",
+    "controlplane.core",
     "controlplane.fleet",
     "controlplane.policies",
+    "controlplane.access",
     "controlplane.scenarios",
     "controlplane.api",
     "controlplane.plans",
@@ -148,6 +150,8 @@ LOGOUT_REDIRECT_URL = "web:login"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
+        # Tenant keys: "Authorization: Bearer <key>", one tenant's records only (docs/api.md).
+        "controlplane.access.authentication.TenantKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.core.roles.RolePermission"],
@@ -179,6 +183,7 @@ SPECTACULAR_SETTINGS = {
         "PlanTriggerEnum": "controlplane.plans.models.Plan.Trigger",
         "BenchmarkRunTriggerEnum": "controlplane.benchmarks.models.BenchmarkRun.Trigger",
         "BenchmarkRunKindEnum": "controlplane.benchmarks.models.BenchmarkRun.Kind",
+        "TenantKeyStateEnum": "controlplane.access.models.TenantKey.State",
     },
 }
 

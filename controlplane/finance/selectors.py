@@ -10,6 +10,12 @@ from django.db.models import QuerySet
 from controlplane.finance.models import FinanceReport, FinanceSnapshot, PromisePricing
 from controlplane.fleet.models import AcceleratorType
 from controlplane.plans.models import Plan
+from controlplane.policies.models import Tenant
+
+
+def tenant_names_except(*, name: str) -> list[str]:
+    """Every tenant's name but ``name`` (what a report for one tenant must not mention)."""
+    return list(Tenant.objects.exclude(name=name).values_list("name", flat=True))
 
 
 def plan_active_with_rows() -> Plan | None:
