@@ -80,8 +80,9 @@ class TestErrorContract(APITest):
             },
             format="json",
         )
+        # The field's own range refuses it before the cross-field planning check is reached.
         assert response.status_code == 400
-        assert "capacity planning" in error_fields(response)["non_field_errors"][0]
+        assert "less than or equal to" in error_fields(response)["runtime_reserve_gb_per_gpu"][0]
 
     def test_protected_delete_of_a_tier_in_use_is_409(self, api_client_for: Any) -> None:
         client = api_client_for("policy-admin")
