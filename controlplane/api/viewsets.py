@@ -23,7 +23,9 @@ from rest_framework.response import Response
 
 from controlplane.api import filters, serializers
 from controlplane.api.concurrency import (
+    ETAG_HEADER,
     IF_MATCH_PARAMETER,
+    IF_NONE_MATCH_PARAMETER,
     etag_matches_weakly,
     lock_for_write,
     require_if_match,
@@ -107,6 +109,7 @@ class RevisionedRecordViewSet(RecordViewSet):
     same transaction, so of two writers holding the same ETag exactly one wins.
     """
 
+    @extend_schema(parameters=[IF_NONE_MATCH_PARAMETER, ETAG_HEADER])
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         instance = self.get_object()
         etag = instance.etag
@@ -115,18 +118,19 @@ class RevisionedRecordViewSet(RecordViewSet):
             return Response(status=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag})
         return Response(self.get_serializer(instance).data, headers={"ETag": etag})
 
+    @extend_schema(parameters=[ETAG_HEADER])
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         response = super().create(request, *args, **kwargs)
         return _with_etag(response)
 
-    @extend_schema(parameters=[IF_MATCH_PARAMETER])
+    @extend_schema(parameters=[IF_MATCH_PARAMETER, ETAG_HEADER])
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         with transaction.atomic():
             self._lock_and_check(request)
             response = super().update(request, *args, **kwargs)
         return _with_etag(response)
 
-    @extend_schema(parameters=[IF_MATCH_PARAMETER])
+    @extend_schema(parameters=[IF_MATCH_PARAMETER, ETAG_HEADER])
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         kwargs["partial"] = True
         return self.update(request, *args, **kwargs)

@@ -29,10 +29,49 @@ ID_PATTERN = "[0-9]{1,18}"
 
 
 class RecordPagination(LimitOffsetPagination):
-    """``?limit=&offset=``; the page size is ``PAGE_SIZE`` unless ``limit`` asks otherwise."""
+    """``?limit=&offset=``; the page size is ``PAGE_SIZE`` unless ``limit`` asks otherwise.
+
+    Both are whole numbers in their bounds, or the request is a 400 naming the parameter
+    (DRF alone would serve the default page for ``?limit=abc`` and clamp ``?limit=5000``).
+    """
 
     # Bounds one response (and keeps LIMIT inside the database's integer range).
     max_limit = 1000
+    # Far past any table's end, and inside the database's bigint with a page added.
+    max_offset = 10**15
+
+    def get_limit(self, request: Request) -> int | None:
+        if self.limit_query_param not in request.query_params:
+            return self.default_limit
+        return _whole_parameter(request, self.limit_query_param, 1, self.max_limit)
+
+    def get_offset(self, request: Request) -> int:
+        if self.offset_query_param not in request.query_params:
+            return 0
+        return _whole_parameter(request, self.offset_query_param, 0, self.max_offset)
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        bounds = {
+            self.limit_query_param: (1, self.max_limit),
+            self.offset_query_param: (0, self.max_offset),
+        }
+        parameters: list[dict[str, Any]] = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            low, high = bounds[parameter["name"]]
+            parameter["schema"] = {**parameter["schema"], "minimum": low, "maximum": high}
+        return parameters
+
+
+def _whole_parameter(request: Request, name: str, low: int, high: int) -> int:
+    """The query parameter ``name`` as a whole number in ``[low, high]``, else a 400."""
+    raw = request.query_params[name]
+    text = raw.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 20:
+        raise exceptions.ValidationError({name: [f"A whole number from {low} to {high}."]})
+    value = int(text)
+    if not low <= value <= high:
+        raise exceptions.ValidationError({name: [f"A whole number from {low} to {high}."]})
+    return value
 
 
 class StableOrderingFilter(OrderingFilter):
