@@ -18,6 +18,7 @@ from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from controlplane.core.parsers import StrictJSONParser
@@ -92,9 +93,16 @@ class StableOrderingFilter(OrderingFilter):
 
 
 class QueryGuardMixin(APIView):
-    """Refuses NUL in query parameters as a 400 naming the parameter."""
+    """Refuses NUL in query parameters, and a ``?format=`` no renderer of the view writes, as a
+    400 naming the parameter (DRF alone answers an unknown format with 404 and ignores an
+    empty one)."""
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        name = api_settings.URL_FORMAT_OVERRIDE
+        if name and name in request.query_params:
+            formats = [renderer.format for renderer in self.get_renderers()]
+            if request.query_params[name] not in formats:
+                raise exceptions.ValidationError({name: [f"One of: {', '.join(formats)}."]})
         super().initial(request, *args, **kwargs)
         for key, values in request.query_params.lists():
             if "\x00" in key or any("\x00" in value for value in values):

@@ -37,6 +37,9 @@ from rest_framework import serializers
 from rest_framework.fields import Field
 from rest_framework.views import APIView
 
+from controlplane.core import validators
+from controlplane.core.serializers import StrictFieldsMixin
+
 ERROR_MEDIA_TYPE = "application/json"
 
 RETRY_AFTER = {
@@ -93,6 +96,37 @@ _DESCRIPTIONS = {
 }
 _UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
 
+# The bounds each of the shared model validators enforces: (minimum, exclusive, maximum,
+# exclusive); None where it sets none.
+Bounds = tuple[float | None, bool, float | None, bool]
+_VALIDATOR_BOUNDS: tuple[tuple[Any, Bounds], ...] = (
+    (validators.positive, (0, True, None, False)),
+    (validators.non_negative, (0, False, None, False)),
+    (validators.fraction_open_closed, (0, True, 1, False)),
+    (validators.fraction_closed, (0, False, 1, False)),
+    (validators.quantile_open, (0, True, 1, True)),
+    (validators.at_least_one, (1, False, None, False)),
+)
+# Query text may not hold NUL (QueryGuardMixin refuses it).
+_NO_NUL = "^[^\\u0000]*$"
+
+
+def _tighten(schema: dict[str, Any], bounds: Bounds) -> None:
+    """Narrow ``schema``'s minimum and maximum to ``bounds`` where these are stricter."""
+    low, low_exclusive, high, high_exclusive = bounds
+    if low is not None:
+        current = schema.get("minimum")
+        if current is None or low > current or (low == current and low_exclusive):
+            schema["minimum"] = low
+            if low_exclusive:
+                schema["exclusiveMinimum"] = True
+    if high is not None:
+        current = schema.get("maximum")
+        if current is None or high < current or (high == current and high_exclusive):
+            schema["maximum"] = high
+            if high_exclusive:
+                schema["exclusiveMaximum"] = True
+
 
 def parameters_of(operation: dict[str, Any]) -> list[dict[str, Any]]:
     parameters: list[dict[str, Any]] = operation.get("parameters", [])
@@ -126,6 +160,24 @@ def _crosses_nullable_relation(field: Field[Any, Any, Any, Any]) -> bool:
 
 
 class HeadroomAutoSchema(AutoSchema):
+    def _insert_field_validators(self, field: Any, schema: dict[str, Any]) -> None:
+        super()._insert_field_validators(field, schema)
+        if schema.get("type") in ("integer", "number"):
+            for validator in field.validators:
+                for function, bounds in _VALIDATOR_BOUNDS:
+                    # Identity: Django's validator classes compare by value, and are unhashable.
+                    if validator is function:
+                        _tighten(schema, bounds)
+
+    def _map_basic_serializer(self, serializer: Any, direction: str) -> dict[str, Any]:
+        mapped: dict[str, Any] = super()._map_basic_serializer(serializer, direction)
+        # Strict serializers refuse a field they do not have; their responses hold only theirs.
+        if isinstance(serializer, StrictFieldsMixin) or (
+            isinstance(serializer, type) and issubclass(serializer, StrictFieldsMixin)
+        ):
+            mapped["additionalProperties"] = False
+        return mapped
+
     def _get_serializer_field_meta(
         self, field: Field[Any, Any, Any, Any], direction: str
     ) -> dict[str, Any]:
@@ -138,6 +190,11 @@ class HeadroomAutoSchema(AutoSchema):
         operation: dict[str, Any] | None = super().get_operation(*args, **kwargs)
         if operation is None:
             return None
+        for parameter in parameters_of(operation):
+            schema = parameter.get("schema", {})
+            if parameter["in"] == "query" and schema.get("type") == "string":
+                if "enum" not in schema and "pattern" not in schema:
+                    schema["pattern"] = _NO_NUL
         responses: dict[str, Any] = operation["responses"]
         for code in self._error_statuses(operation):
             response = responses.setdefault(code, {"description": _DESCRIPTIONS[code]})

@@ -109,6 +109,39 @@ def test_pagination_and_query_bounds_are_in_the_schema(schema: dict[str, Any]) -
     assert horizon["schema"]["minimum"] == 1
 
 
+def test_model_validators_bounds_are_in_the_schema(schema: dict[str, Any]) -> None:
+    components = schema["components"]["schemas"]
+    memory = components["AcceleratorType"]["properties"]["memory_gb"]
+    assert (memory["minimum"], memory.get("exclusiveMinimum")) == (0, True)
+    target = components["ReplicaShape"]["properties"]["target_utilization"]
+    assert target["maximum"] == 1
+    assert (target["minimum"], target.get("exclusiveMinimum")) == (0, True)
+
+
+def test_strict_bodies_refuse_unknown_fields_in_the_schema(schema: dict[str, Any]) -> None:
+    components = schema["components"]["schemas"]
+    for name in ("Zone", "PatchedZone", "Tenant", "BenchmarkRequest", "PlanDecision"):
+        assert components[name]["additionalProperties"] is False, name
+
+
+def test_query_text_is_documented_without_nul(schema: dict[str, Any]) -> None:
+    search = next(
+        p for p in schema["paths"]["/api/zones/"]["get"]["parameters"] if p["name"] == "search"
+    )
+    assert search["schema"]["pattern"] == "^[^\\u0000]*$"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("value", ["", "xml", "yaml"])
+def test_a_format_no_renderer_writes_is_a_400_naming_format(
+    api_client_for: Any, value: str
+) -> None:
+    response = api_client_for(VIEWER).get(f"/api/zones/?format={value}")
+    assert response.status_code == 400
+    assert "format" in response.json()["error"]["fields"]
+    assert api_client_for(VIEWER).get("/api/zones/?format=json").status_code == 200
+
+
 class TestPagination:
     @pytest.mark.parametrize(
         "query", ["limit=abc", "limit=0", "limit=1001", "limit=-1", "limit=1.5", "offset=-1"]
