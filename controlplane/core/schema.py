@@ -60,7 +60,9 @@ class ErrorDetailSerializer(serializers.Serializer[Any]):
         "throttled, locked_out, unavailable, ..."
     )
     message = serializers.CharField(help_text="What went wrong, for people.")
-    fields = serializers.DictField(
+    # The contract's key. The metaclass collects declared fields off the class, so this does
+    # not shadow ``Serializer.fields`` at run time; the stubs only see the class attribute.
+    fields = serializers.DictField(  # type: ignore[assignment]
         child=serializers.JSONField(),
         required=False,
         help_text="400 invalid: each offending field (or non_field_errors) and its messages.",
@@ -161,7 +163,8 @@ def _crosses_nullable_relation(field: Field[Any, Any, Any, Any]) -> bool:
 
 class HeadroomAutoSchema(AutoSchema):
     def _insert_field_validators(self, field: Any, schema: dict[str, Any]) -> None:
-        super()._insert_field_validators(field, schema)
+        # drf-spectacular's private hooks are unannotated.
+        super()._insert_field_validators(field, schema)  # type: ignore[no-untyped-call]
         if schema.get("type") in ("integer", "number"):
             for validator in field.validators:
                 for function, bounds in _VALIDATOR_BOUNDS:
@@ -170,7 +173,9 @@ class HeadroomAutoSchema(AutoSchema):
                         _tighten(schema, bounds)
 
     def _map_basic_serializer(self, serializer: Any, direction: str) -> dict[str, Any]:
-        mapped: dict[str, Any] = super()._map_basic_serializer(serializer, direction)
+        mapped: dict[str, Any] = super()._map_basic_serializer(  # type: ignore[no-untyped-call]
+            serializer, direction
+        )
         # Strict serializers refuse a field they do not have; their responses hold only theirs.
         if isinstance(serializer, StrictFieldsMixin) or (
             isinstance(serializer, type) and issubclass(serializer, StrictFieldsMixin)
@@ -181,7 +186,9 @@ class HeadroomAutoSchema(AutoSchema):
     def _get_serializer_field_meta(
         self, field: Field[Any, Any, Any, Any], direction: str
     ) -> dict[str, Any]:
-        meta: dict[str, Any] = super()._get_serializer_field_meta(field, direction)
+        meta: dict[str, Any] = super()._get_serializer_field_meta(  # type: ignore[no-untyped-call]
+            field, direction
+        )
         if field.read_only and not meta.get("nullable") and _crosses_nullable_relation(field):
             meta["nullable"] = True
         return meta
@@ -210,8 +217,12 @@ class HeadroomAutoSchema(AutoSchema):
                 headers.setdefault("WWW-Authenticate", WWW_AUTHENTICATE)
             if not headers:
                 del response["headers"]
-        if any(p["in"] == "header" and p["name"] == "If-None-Match" for p in parameters_of(operation)):
-            responses.setdefault("304", {"description": "Not modified: `If-None-Match` names the current revision."})
+        if any(
+            p["in"] == "header" and p["name"] == "If-None-Match" for p in parameters_of(operation)
+        ):
+            responses.setdefault(
+                "304", {"description": "Not modified: `If-None-Match` names the current revision."}
+            )
         operation["responses"] = dict(sorted(responses.items()))
         return operation
 

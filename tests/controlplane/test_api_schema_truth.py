@@ -97,7 +97,7 @@ def test_error_body_schema_is_the_error_contract(schema: dict[str, Any]) -> None
 
 
 def test_pagination_and_query_bounds_are_in_the_schema(schema: dict[str, Any]) -> None:
-    for path, method, operation in _operations(schema):
+    for path, _method, operation in _operations(schema):
         for parameter in operation.get("parameters", []):
             if parameter["name"] == "limit":
                 assert parameter["schema"]["minimum"] == 1, path
@@ -229,7 +229,9 @@ def test_real_responses_validate_against_the_schema(schema: dict[str, Any]) -> N
             continue
         assert response.status_code == 200, (url, response.content[:300])
         validator = _validator(schema, path, method, "200")
-        errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(response.json())]
+        errors = [
+            f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(response.json())
+        ]
         assert not errors, (url, errors[:5])
         nulls_seen |= _null_fields(response.json())
         checked += 1

@@ -69,18 +69,20 @@ BASE="http://127.0.0.1:${PORT}"
 "${ROOT}/.venv/bin/gunicorn" controlplane.wsgi:application --bind "127.0.0.1:${PORT}" \
     --workers 3 --timeout 120 --log-level warning >"${WORK}/server.log" 2>&1 &
 SERVER_PID=$!
-for _ in $(seq 1 60); do
-    curl -sf -o /dev/null "${BASE}/api/schema/" && break
+for _ in $(seq 1 120); do
+    curl -sf -o /dev/null "${BASE}/api/" -H 'Accept: application/json' && break
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "${BASE}/api/")" = 401 ] && break
     sleep 0.5
 done
-curl -sf -o /dev/null "${BASE}/api/schema/"
+# The schema as the server serves it, fetched once for every run.
+curl -sf "${BASE}/api/schema/?format=json" -o "${WORK}/schema.json"
 
 # One schemathesis process per principal, all at once (each single-threaded: Hypothesis is
 # not thread-safe on this Python, and the principals' runs share nothing but the server).
 run_principal() {
     local principal=$1 header=$2
     PYTHONUNBUFFERED=1 "${ST}" --config-file tests/fuzz/schemathesis.toml --no-color run \
-        "${BASE}/api/schema/" \
+        "${WORK}/schema.json" --url "${BASE}" \
         --phases=examples,coverage,fuzzing,stateful \
         --checks all \
         --seed "${SEED}" \
