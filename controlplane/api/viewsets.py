@@ -12,7 +12,6 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Model, QuerySet
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, status, viewsets
 from rest_framework.decorators import action
@@ -38,6 +37,7 @@ from controlplane.core.api import (
     RecordPagination,
     StableOrderingFilter,
 )
+from controlplane.core.filters import StrictFilterBackend
 from controlplane.core.parsers import StrictJSONParser
 from controlplane.core.roles import POLICY_ADMIN, ROLES, RolePermission
 from controlplane.fleet.models import (
@@ -62,7 +62,7 @@ class RecordViewSet(QueryGuardMixin, viewsets.ModelViewSet[Any]):
     read_roles = frozenset(ROLES)
     write_roles = frozenset({POLICY_ADMIN})
     parser_classes = [StrictJSONParser, FormParser, MultiPartParser]
-    filter_backends = [DjangoFilterBackend, StableOrderingFilter, SearchFilter]
+    filter_backends = [StrictFilterBackend, StableOrderingFilter, SearchFilter]
     pagination_class = RecordPagination
     lookup_value_regex = ID_PATTERN
     search_fields: tuple[str, ...] = ("name",)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import exceptions, viewsets
 from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import LimitOffsetPagination
@@ -21,6 +20,7 @@ from rest_framework.request import Request
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
+from controlplane.core.filters import StrictFilterBackend
 from controlplane.core.parsers import StrictJSONParser
 from controlplane.core.roles import POLICY_ADMIN, ROLES, RolePermission
 
@@ -121,6 +121,6 @@ class ReadOnlyViewSet(QueryGuardMixin, viewsets.ReadOnlyModelViewSet[Any]):
     read_roles = frozenset(ROLES)
     write_roles = frozenset({POLICY_ADMIN})
     parser_classes = [StrictJSONParser, FormParser, MultiPartParser]
-    filter_backends = [DjangoFilterBackend, StableOrderingFilter]
+    filter_backends = [StrictFilterBackend, StableOrderingFilter]
     pagination_class = RecordPagination
     lookup_value_regex = ID_PATTERN

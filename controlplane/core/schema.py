@@ -38,6 +38,7 @@ from rest_framework.fields import Field
 from rest_framework.views import APIView
 
 from controlplane.core import validators
+from controlplane.core.filters import BIGINT_MAX, BIGINT_MIN
 from controlplane.core.serializers import StrictFieldsMixin
 
 ERROR_MEDIA_TYPE = "application/json"
@@ -202,6 +203,10 @@ class HeadroomAutoSchema(AutoSchema):
             if parameter["in"] == "query" and schema.get("type") == "string":
                 if "enum" not in schema and "pattern" not in schema:
                     schema["pattern"] = _NO_NUL
+            if parameter["in"] == "query" and schema.get("type") == "integer":
+                # Whole-number filters read a bigint (core.filters.StrictIntegerField).
+                schema.setdefault("minimum", BIGINT_MIN)
+                schema.setdefault("maximum", BIGINT_MAX)
         responses: dict[str, Any] = operation["responses"]
         for code in self._error_statuses(operation):
             response = responses.setdefault(code, {"description": _DESCRIPTIONS[code]})

@@ -142,6 +142,24 @@ def test_a_format_no_renderer_writes_is_a_400_naming_format(
     assert api_client_for(VIEWER).get("/api/zones/?format=json").status_code == 200
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [
+        ("/api/telemetry/pulls/", "bucket_s=1.5"),
+        ("/api/telemetry/pulls/", "bucket_s=9223372036854775808"),
+        ("/api/emission/outbox/", "plan_version=-9223372036854775809"),
+        ("/api/tenants/", "tier=9223372036854775808"),
+    ],
+)
+def test_a_whole_number_filter_refuses_fractions_and_numbers_past_bigint(
+    api_client_for: Any, path: str, query: str
+) -> None:
+    response = api_client_for(VIEWER).get(f"{path}?{query}")
+    assert response.status_code == 400, response.content
+    assert query.split("=")[0] in response.json()["error"]["fields"]
+
+
 class TestPagination:
     @pytest.mark.parametrize(
         "query", ["limit=abc", "limit=0", "limit=1001", "limit=-1", "limit=1.5", "offset=-1"]
