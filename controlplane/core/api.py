@@ -38,7 +38,8 @@ class RecordPagination(LimitOffsetPagination):
 
     # Bounds one response (and keeps LIMIT inside the database's integer range).
     max_limit = 1000
-    # Far past any table's end, and inside the database's bigint with a page added.
+    # An offset past the end is an empty page; past this it is read as this (any table's end
+    # lies before it, and LIMIT/OFFSET stay inside the database's bigint).
     max_offset = 10**15
 
     def get_limit(self, request: Request) -> int | None:
@@ -49,29 +50,29 @@ class RecordPagination(LimitOffsetPagination):
     def get_offset(self, request: Request) -> int:
         if self.offset_query_param not in request.query_params:
             return 0
-        return _whole_parameter(request, self.offset_query_param, 0, self.max_offset)
+        return min(_whole_parameter(request, self.offset_query_param, 0, None), self.max_offset)
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
-        bounds = {
-            self.limit_query_param: (1, self.max_limit),
-            self.offset_query_param: (0, self.max_offset),
+        bounds: dict[str, dict[str, int]] = {
+            self.limit_query_param: {"minimum": 1, "maximum": self.max_limit},
+            self.offset_query_param: {"minimum": 0},
         }
         parameters: list[dict[str, Any]] = super().get_schema_operation_parameters(view)
         for parameter in parameters:
-            low, high = bounds[parameter["name"]]
-            parameter["schema"] = {**parameter["schema"], "minimum": low, "maximum": high}
+            parameter["schema"] = {**parameter["schema"], **bounds[parameter["name"]]}
         return parameters
 
 
-def _whole_parameter(request: Request, name: str, low: int, high: int) -> int:
+def _whole_parameter(request: Request, name: str, low: int, high: int | None) -> int:
     """The query parameter ``name`` as a whole number in ``[low, high]``, else a 400."""
-    raw = request.query_params[name]
-    text = raw.strip()
-    if not (text.isascii() and text.isdigit()) or len(text) > 20:
-        raise exceptions.ValidationError({name: [f"A whole number from {low} to {high}."]})
+    text = request.query_params[name].strip()
+    wanted = f"A whole number from {low}" + (f" to {high}." if high is not None else " up.")
+    # Digits only (no sign, no fraction); a thousand of them is past any use.
+    if not (text.isascii() and text.isdigit()) or len(text) > 1000:
+        raise exceptions.ValidationError({name: [wanted]})
     value = int(text)
-    if not low <= value <= high:
-        raise exceptions.ValidationError({name: [f"A whole number from {low} to {high}."]})
+    if value < low or (high is not None and value > high):
+        raise exceptions.ValidationError({name: [wanted]})
     return value
 
 
