@@ -60,7 +60,9 @@ class StrictIntegerField(forms.IntegerField):
 
 
 class StrictIntegerFilter(django_filters.NumberFilter):
-    field_class = StrictIntegerField
+    # A NumberFilter still (the schema reads it as a number filter), over a whole-number field;
+    # the stubs pin NumberFilter's field to DecimalField.
+    field_class = StrictIntegerField  # type: ignore[assignment]
 
 
 _INTEGER_FIELDS = (

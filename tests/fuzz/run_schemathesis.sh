@@ -17,8 +17,10 @@
 #   - /api/auth/login/ and /api/auth/logout/ are HTML pages for the browsable API, not in the
 #     schema.
 #
-# Environment: FUZZ_SEED (default 20261202), FUZZ_MAX_EXAMPLES (50), FUZZ_KEEP=1 keeps the
-# temporary folder (database, server log, reports) and prints where it is.
+# Environment: FUZZ_SEED (default 20261202), FUZZ_MAX_EXAMPLES (50), FUZZ_PHASES (all four),
+# FUZZ_ONLY (space-separated principals to run; default all), FUZZ_KEEP=1 keeps the temporary
+# folder (database, server log, each principal's log and JUnit report) and prints where it is,
+# FUZZ_VERBOSE=1 prints every principal's whole log.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -26,6 +28,7 @@ PY="${ROOT}/.venv/bin/python"
 ST="${ROOT}/.venv/bin/st"
 SEED="${FUZZ_SEED:-20261202}"
 MAX_EXAMPLES="${FUZZ_MAX_EXAMPLES:-50}"
+PHASES="${FUZZ_PHASES:-examples,coverage,fuzzing,stateful}"
 SCENARIO="${FUZZ_SCENARIO:-docs/scenarios/support-assistant.yaml}"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/headroom-fuzz.XXXXXX")
@@ -83,7 +86,7 @@ run_principal() {
     local principal=$1 header=$2
     PYTHONUNBUFFERED=1 "${ST}" --config-file tests/fuzz/schemathesis.toml --no-color run \
         "${WORK}/schema.json" --url "${BASE}" \
-        --phases=examples,coverage,fuzzing,stateful \
+        --phases="${PHASES}" \
         --checks all \
         --seed "${SEED}" \
         --max-examples "${MAX_EXAMPLES}" \
@@ -97,6 +100,9 @@ run_principal() {
 pids=()
 principals=()
 start_principal() {
+    if [ -n "${FUZZ_ONLY:-}" ] && [[ " ${FUZZ_ONLY} " != *" $1 "* ]]; then
+        return 0
+    fi
     run_principal "$1" "$2" &
     pids+=($!)
     principals+=("$1")
