@@ -16,7 +16,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.filters import SearchFilter
-from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.parsers import FormParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -38,7 +38,7 @@ from controlplane.core.api import (
     StableOrderingFilter,
 )
 from controlplane.core.filters import StrictFilterBackend
-from controlplane.core.parsers import StrictJSONParser
+from controlplane.core.parsers import StrictJSONParser, StrictMultiPartParser
 from controlplane.core.roles import POLICY_ADMIN, ROLES, RolePermission
 from controlplane.fleet.models import (
     AcceleratorType,
@@ -61,7 +61,7 @@ class RecordViewSet(QueryGuardMixin, viewsets.ModelViewSet[Any]):
     permission_classes = [RolePermission]
     read_roles = frozenset(ROLES)
     write_roles = frozenset({POLICY_ADMIN})
-    parser_classes = [StrictJSONParser, FormParser, MultiPartParser]
+    parser_classes = [StrictJSONParser, FormParser, StrictMultiPartParser]
     filter_backends = [StrictFilterBackend, StableOrderingFilter, SearchFilter]
     pagination_class = RecordPagination
     lookup_value_regex = ID_PATTERN

@@ -15,13 +15,13 @@ from django.db.models import QuerySet
 from rest_framework import exceptions, viewsets
 from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.parsers import FormParser
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from controlplane.core.filters import StrictFilterBackend
-from controlplane.core.parsers import StrictJSONParser
+from controlplane.core.parsers import StrictJSONParser, StrictMultiPartParser
 from controlplane.core.roles import POLICY_ADMIN, ROLES, RolePermission
 
 # Ids are bigints: more digits than this cannot name a row, and would overflow the database's
@@ -121,7 +121,7 @@ class ReadOnlyViewSet(QueryGuardMixin, viewsets.ReadOnlyModelViewSet[Any]):
     permission_classes = [RolePermission]
     read_roles = frozenset(ROLES)
     write_roles = frozenset({POLICY_ADMIN})
-    parser_classes = [StrictJSONParser, FormParser, MultiPartParser]
+    parser_classes = [StrictJSONParser, FormParser, StrictMultiPartParser]
     filter_backends = [StrictFilterBackend, StableOrderingFilter]
     pagination_class = RecordPagination
     lookup_value_regex = ID_PATTERN

@@ -166,6 +166,10 @@ class HeadroomAutoSchema(AutoSchema):
     def _insert_field_validators(self, field: Any, schema: dict[str, Any]) -> None:
         # drf-spectacular's private hooks are unannotated.
         super()._insert_field_validators(field, schema)  # type: ignore[no-untyped-call]
+        # drf-spectacular offers a blank string beside a pattern with oneOf, but a pattern that
+        # matches "" too makes "" match both: either will do.
+        if any(option == {"type": "string", "maxLength": 0} for option in schema.get("oneOf", [])):
+            schema["anyOf"] = schema.pop("oneOf")
         if schema.get("type") in ("integer", "number"):
             for validator in field.validators:
                 for function, bounds in _VALIDATOR_BOUNDS:
@@ -198,8 +202,12 @@ class HeadroomAutoSchema(AutoSchema):
         operation: dict[str, Any] | None = super().get_operation(*args, **kwargs)
         if operation is None:
             return None
+        # Filters, search and ordering read an empty value as "no filter".
+        filters = {p["name"] for p in self._get_filter_parameters()}  # type: ignore[no-untyped-call]
         for parameter in parameters_of(operation):
             schema = parameter.get("schema", {})
+            if parameter["in"] == "query" and parameter["name"] in filters:
+                parameter["allowEmptyValue"] = True
             if parameter["in"] == "query" and schema.get("type") == "string":
                 if "enum" not in schema and "pattern" not in schema:
                     schema["pattern"] = _NO_NUL
