@@ -16,7 +16,7 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
 from controlplane.benchmarks.models import BenchmarkRun
-from controlplane.core.roles import VIEWER
+from controlplane.core.roles import POLICY_ADMIN, VIEWER
 from controlplane.fleet.models import ReplicaShape
 from tests.controlplane.conftest import make_user
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan
@@ -158,6 +158,29 @@ def test_a_whole_number_filter_refuses_fractions_and_numbers_past_bigint(
     response = api_client_for(VIEWER).get(f"{path}?{query}")
     assert response.status_code == 400, response.content
     assert query.split("=")[0] in response.json()["error"]["fields"]
+
+
+@pytest.mark.django_db
+def test_a_multipart_body_without_parts_is_a_400(api_client_for: Any) -> None:
+    response = api_client_for(POLICY_ADMIN).generic(
+        "POST",
+        "/api/plans/replan/",
+        b"--d5bda3b8\r\n.exe--d5bda3b8--\r\n",
+        content_type="multipart/form-data; boundary=d5bda3b8",
+    )
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == "parse_error"
+
+
+def test_filters_allow_an_empty_value_and_blank_or_pattern_is_any_of(
+    schema: dict[str, Any],
+) -> None:
+    parameters = {p["name"]: p for p in schema["paths"]["/api/tenants/"]["get"]["parameters"]}
+    assert parameters["residency_region"]["allowEmptyValue"] is True
+    assert "allowEmptyValue" not in parameters["limit"]
+    gpu_product = schema["components"]["schemas"]["AcceleratorType"]["properties"]["gpu_product"]
+    assert "oneOf" not in gpu_product
+    assert {"type": "string", "maxLength": 0} in gpu_product["anyOf"]
 
 
 class TestPagination:
