@@ -8,7 +8,10 @@ HTTPS redirect and the common middleware's Host check, and answers GET and HEAD 
 paths alone, and only when the Host is an IP address (a probe's) or an allowed host name. Every
 other request goes on to Django's checks unchanged: ``ALLOWED_HOSTS`` stays what it was.
 
-Liveness does no I/O, so a database outage makes pods unready, not restarted.
+Liveness does no I/O, so a database outage makes pods unready, not restarted. While the
+database is unreachable ``/readyz`` answers 503 with the ``Retry-After`` the API's 503s carry
+(``controlplane.core.outage``). The broker is not a readiness dependency: reads go on without
+it, and a request that needs to queue work answers 503 itself.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse
 from django.http.request import split_domain_port, validate_host
+
+from controlplane.core.outage import log_outage, retry_after_s
 
 LIVENESS_PATH = "/healthz"
 READINESS_PATH = "/readyz"
@@ -54,7 +59,8 @@ def database_ready() -> bool:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
             cursor.fetchone()
-    except DatabaseError:
+    except DatabaseError as exc:
+        log_outage(exc, "checking readiness")
         return False
     return True
 
@@ -72,7 +78,9 @@ class HealthCheckMiddleware:
             and probe_host_allowed(request.META.get("HTTP_HOST", ""))
         ):
             if request.path_info == READINESS_PATH and not database_ready():
-                return _plain(503, "database unreachable\n")
+                response = _plain(503, "database unreachable\n")
+                response["Retry-After"] = str(retry_after_s())
+                return response
             return _plain(200, "ok\n")
         return self.get_response(request)
 

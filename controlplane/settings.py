@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "simple_history",
+    "controlplane.core",
     "controlplane.fleet",
     "controlplane.policies",
     "controlplane.scenarios",

@@ -6,7 +6,8 @@ Subcommands (one function each, registered in ``build_parser``, so that more can
   to stdout, ``--explain`` writes a human summary to stderr.
 
 A problem file that cannot be read, is not JSON or breaks the spec exits with status 2 and
-one line on stderr naming the file and the field; no traceback.
+one line on stderr naming the file and the field; no traceback. A solver failure on a valid
+problem (``PlannerSolverError``) exits with status 1 and one line naming the failed part.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from planner.errors import PlannerInputError
+from planner.errors import PlannerInputError, PlannerSolverError
 
 EXIT_USAGE = 2
+EXIT_SOLVER_FAILED = 1
 
 
 class CommandFailed(Exception):
@@ -166,4 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CommandFailed, PlannerInputError) as error:
         print(f"{parser.prog} {args.command}: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except PlannerSolverError as error:
+        print(f"{parser.prog} {args.command}: solver failed: {error}", file=sys.stderr)
+        return EXIT_SOLVER_FAILED
     return status

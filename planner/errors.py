@@ -1,4 +1,4 @@
-"""The one error type the planner raises for bad input."""
+"""The planner's errors: bad input, and a solver failure on valid input."""
 
 from __future__ import annotations
 
@@ -14,3 +14,11 @@ class PlannerInputError(ValueError):
         super().__init__(f"{argument}: {message}")
         self.argument = argument
         self.message = message
+
+
+class PlannerSolverError(RuntimeError):
+    """The placement solver failed on a valid problem: a defect, not bad input.
+
+    The message names the part of the problem that failed and the underlying error (which
+    is also the exception's ``__cause__``), so a failed re-plan says what went wrong.
+    """

@@ -10,6 +10,9 @@ Every error body is ``{"error": {"code": ..., "message": ..., ...}}``:
 - 409 ``conflict``: a write collided with a concurrent one on a unique rule; retry.
 - 412 ``precondition_failed`` / 428 ``precondition_required``: optimistic concurrency
   (see ``concurrency.py``).
+- 503 ``unavailable``: the database or the broker could not be reached
+  (``controlplane.core.outage``); ``Retry-After`` says when to try again. Nothing was
+  changed, except that a job whose task could not be queued is recorded failed, saying so.
 - 401, 403, 404, 405, 415, 429: DRF's own exceptions, in the same shape.
 """
 
@@ -29,6 +32,8 @@ from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
+
+from controlplane.core.outage import dependency_down, dependency_message, log_outage, retry_after_s
 
 # How many referencing records a "protected" message names before it summarises.
 _NAMED_REFERENCES = 5
@@ -51,6 +56,19 @@ class WriteConflict(exceptions.APIException):
         "reference no longer holds). Reload and try again."
     )
     default_code = "conflict"
+
+
+class DependencyDown(exceptions.APIException):
+    """The database or the broker is unreachable: 503 with ``Retry-After`` (DRF sets the
+    header from ``wait``)."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "A service this request needs is unreachable. Try again later."
+    default_code = "unavailable"
+
+    def __init__(self, message: str, wait: int) -> None:
+        super().__init__(message)
+        self.wait = wait
 
 
 def _record_in_use(exc: ProtectedError | RestrictedError) -> RecordInUse:
@@ -91,6 +109,8 @@ def _translate(exc: Exception) -> Exception:
         return exceptions.PermissionDenied(*exc.args)
     if isinstance(exc, ProtectedError | RestrictedError):
         return _record_in_use(exc)
+    if dependency_down(exc) is not None:
+        return DependencyDown(dependency_message(exc), retry_after_s())
     if isinstance(exc, IntegrityError):
         # Validation checks unique rules and references first; reaching the database's own
         # constraint means a concurrent writer got there between the check and the write.
@@ -111,6 +131,11 @@ def _first_message(detail: Any) -> str:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if dependency_down(exc) is not None:
+        request = context.get("request")
+        log_outage(
+            exc, f"answering {getattr(request, 'method', '')} {getattr(request, 'path', '')}"
+        )
     exc = _translate(exc)
     response = drf_exception_handler(exc, context)
     if response is None:

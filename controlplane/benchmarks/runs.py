@@ -41,7 +41,7 @@ from django.utils import timezone
 from controlplane.benchmarks import selectors
 from controlplane.benchmarks.conf import BenchmarkSettings, benchmark_settings
 from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun
-from controlplane.core.tasks import task_send
+from controlplane.core.tasks import job_send_on_commit
 from controlplane.fleet.models import GB, CapacityFigure, ReplicaShape, WorkloadClass
 from planner.capacity.slo import FIRST_POINT_UTILISATION
 from planner.capacity.workload import RequestClass, mean_request_cost, replica_request_rate
@@ -163,20 +163,16 @@ def benchmark_run_request(
             raise
         return existing, False
     if enqueue:
-        run_id = run.pk
-        if kind == BenchmarkRun.Kind.ENDPOINT:
-            transaction.on_commit(lambda: _enqueue_endpoint(run_id))
-        else:
-            transaction.on_commit(lambda: _enqueue_engine(run_id))
+        # Sent at commit; a broker down then fails the run with the reason and raises
+        # BrokerUnavailable (the API's 503), so the shape is not blocked by a queued run
+        # without a task.
+        job_send_on_commit(BenchmarkRun, run.pk, run_task(run), run.pk)
     return run, True
 
 
-def _enqueue_engine(run_id: int) -> None:
-    task_send(ENGINE_TASK, run_id)
-
-
-def _enqueue_endpoint(run_id: int) -> None:
-    task_send(ENDPOINT_TASK, run_id)
+def run_task(run: BenchmarkRun) -> str:
+    """The name of the task that executes ``run``."""
+    return ENDPOINT_TASK if run.kind == BenchmarkRun.Kind.ENDPOINT else ENGINE_TASK
 
 
 # -- running ------------------------------------------------------------------------------------

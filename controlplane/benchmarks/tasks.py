@@ -16,6 +16,7 @@ from typing import Any
 
 from controlplane.benchmarks import services
 from controlplane.celery import app
+from controlplane.core.schedule import beat_tick_claim
 
 
 def _process_ended(args: Sequence[Any], reason: str) -> None:
@@ -55,8 +56,11 @@ def endpoint(self: Any, run_id: int) -> str | None:
     return run.status if run is not None else None
 
 
-@app.task(name=services.SCHEDULE_TASK)
-def schedule() -> dict[str, Any]:
+@app.task(bind=True, name=services.SCHEDULE_TASK)
+def schedule(self: Any) -> dict[str, Any]:
     """Queue benchmarks (endpoint load tests where a shape has an endpoint, else engine
-    benchmarks) for shapes whose figures need measuring again."""
+    benchmarks) for shapes whose figures need measuring again; nothing for a repeat of a beat
+    tick already taken."""
+    if not beat_tick_claim(self.request):
+        return {"status": "duplicate tick"}
     return services.benchmarks_schedule().summary()

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from controlplane.benchmarks.services import benchmark_schedule
 from controlplane.core.schedule import ScheduledTask, periodic_tasks_install
 from controlplane.emission.services import emission_schedule
+from controlplane.pipeline.recovery import recovery_schedule
 from controlplane.plans.services import replan_schedule
 from controlplane.telemetry.pull import telemetry_schedule
 
@@ -21,6 +22,8 @@ PARTS: dict[str, Callable[[], tuple[ScheduledTask, ...]]] = {
     "plans": replan_schedule,
     "emission": emission_schedule,
     "benchmarks": benchmark_schedule,
+    # The sweep that re-sends or fails jobs whose task was lost (a broker or database outage).
+    "recovery": recovery_schedule,
 }
 
 

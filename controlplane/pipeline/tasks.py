@@ -13,7 +13,10 @@ bounds derives that same window, and nothing when it was derived already.
 A pull that meets Prometheus down, slow or answering garbage has already saved a failed
 ``TelemetryPull`` report and stored nothing; the task is then retried with exponential backoff
 (about 30 s, 60 s, 120 s … capped at 15 minutes, with jitter), five times. A refused query
-(``PrometheusQueryError``) is a configuration error and is not retried.
+(``PrometheusQueryError``) is a configuration error and is not retried. A pull that met the
+database down (restarted under it) is retried the same way; it stored nothing (one
+transaction) and its report says why it failed, when the database came back in time to write
+it (``controlplane.core.outage.on_fresh_connection``).
 """
 
 from __future__ import annotations
@@ -25,8 +28,11 @@ from django.conf import settings
 from django.utils.dateparse import parse_datetime
 
 from controlplane.celery import app
+from controlplane.core.outage import DATABASE_ERRORS
+from controlplane.core.schedule import beat_tick_claim
 from controlplane.core.tasks import task_send
 from controlplane.pipeline import services as pipeline
+from controlplane.pipeline.recovery import RECOVER_TASK, jobs_recover
 from controlplane.telemetry.derive import workload_profiles_derive
 from controlplane.telemetry.prometheus import PrometheusBadResponse, PrometheusUnavailable
 from controlplane.telemetry.pull import DERIVE_TASK, PULL_TASK, telemetry_pull
@@ -46,7 +52,7 @@ def _moment(value: str | None, name: str) -> datetime | None:
 @app.task(
     bind=True,
     name=PULL_TASK,
-    autoretry_for=(PrometheusUnavailable, PrometheusBadResponse),
+    autoretry_for=(PrometheusUnavailable, PrometheusBadResponse, *DATABASE_ERRORS),
     retry_backoff=30,
     retry_backoff_max=settings.HEADROOM_MAX_RETRY_COUNTDOWN_S,
     retry_jitter=True,
@@ -55,7 +61,10 @@ def _moment(value: str | None, name: str) -> datetime | None:
 def pull(
     self: Any, window_start: str | None = None, window_end: str | None = None
 ) -> dict[str, Any]:
-    """Pull a window (ISO 8601 bounds; by default the buckets since the last pull)."""
+    """Pull a window (ISO 8601 bounds; by default the buckets since the last pull). A repeat
+    of a beat tick already taken pulls nothing (``beat_tick_claim``)."""
+    if self.request.retries == 0 and not beat_tick_claim(self.request):
+        return {"pull": None, "status": "duplicate tick", "derivation_enqueued": False}
     report = telemetry_pull(
         window_start=_moment(window_start, "window_start"),
         window_end=_moment(window_end, "window_end"),
@@ -70,14 +79,16 @@ def pull(
     return summary
 
 
-@app.task(name=DERIVE_TASK)
+@app.task(bind=True, name=DERIVE_TASK)
 def derive_profiles(
-    window_start: str | None = None, window_end: str | None = None
+    self: Any, window_start: str | None = None, window_end: str | None = None
 ) -> dict[str, Any]:
     """Derive workload profiles and drift alerts over [window_start, window_end) (by default
     the window ``after_pull`` would name; nothing when that was derived before). Each pool's
     drift is priced; new drift alerts request a re-plan, whose run id the result gives (None:
-    none requested)."""
+    none requested). A repeat of a beat tick already taken derives nothing."""
+    if not beat_tick_claim(self.request):
+        return {"derivation": None, "status": "duplicate tick", "replan_run": None}
     start, end = _moment(window_start, "window_start"), _moment(window_end, "window_end")
     if start is None and end is None:
         due = pipeline.due_derivation_window()
@@ -87,3 +98,10 @@ def derive_profiles(
     run = workload_profiles_derive(window_start=start, window_end=end)
     replan = pipeline.after_derivation(derivation=run)
     return {**run.summary(), "replan_run": replan.pk if replan is not None else None}
+
+
+@app.task(name=RECOVER_TASK)
+def recover_jobs() -> dict[str, Any]:
+    """The recovery sweep (``controlplane.pipeline.recovery``): re-send the tasks of jobs
+    queued for long, fail jobs queued or running past their limits."""
+    return jobs_recover().summary()

@@ -43,9 +43,10 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
+from controlplane.core.outage import on_fresh_connection
 from controlplane.core.roles import POLICY_ADMIN, user_roles
 from controlplane.core.schedule import ScheduledTask
-from controlplane.core.tasks import task_send
+from controlplane.core.tasks import job_send_on_commit
 from controlplane.plans import lock, selectors
 from controlplane.plans.conf import ReplanSettings, replan_settings
 from controlplane.plans.demand import (
@@ -171,7 +172,9 @@ def replan_request(
         run.full_clean()
         run.save()
         if enqueue:
-            transaction.on_commit(lambda: _enqueue(run.pk))
+            # Sent at commit (a worker must see the row); a broker down then fails the run
+            # with the reason and raises BrokerUnavailable (the API's 503).
+            job_send_on_commit(ReplanRun, run.pk, REPLAN_TASK, run.pk)
     return run
 
 
@@ -180,10 +183,6 @@ def drift_reason(alerts: Sequence[DriftAlert]) -> str:
     noun = "alert" if len(alerts) == 1 else "alerts"
     ids = ", ".join(f"#{alert.pk}" for alert in alerts)
     return f"Drift {noun} {ids}: " + "; ".join(alert.message for alert in alerts)
-
-
-def _enqueue(run_id: int) -> None:
-    task_send(REPLAN_TASK, run_id)
 
 
 def replan_execute(*, run_id: int, wait_s: float = 0.0) -> ReplanRun | None:
@@ -251,10 +250,13 @@ def _claim(*, holder: str, settings: ReplanSettings, wait_s: float) -> lock.Clai
 def _finish(*, run_id: int, status: str, error: str = "", plan: Plan | None = None) -> bool:
     """Close an open run; False when it was already closed (by another delivery)."""
     open_run = ReplanRun.objects.filter(pk=run_id, status__in=OPEN_STATUSES)
+    # On a new connection if the database restarted under the run: the failure is recorded.
     return bool(
-        lock.retry_when_locked(
-            lambda: open_run.update(
-                status=status, finished_at=timezone.now(), error=error, plan=plan
+        on_fresh_connection(
+            lambda: lock.retry_when_locked(
+                lambda: open_run.update(
+                    status=status, finished_at=timezone.now(), error=error, plan=plan
+                )
             )
         )
     )

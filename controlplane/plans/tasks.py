@@ -10,7 +10,10 @@ pipeline after a derivation that raised new drift alerts (``controlplane.pipelin
 
 from __future__ import annotations
 
+from typing import Any
+
 from controlplane.celery import app
+from controlplane.core.schedule import beat_tick_claim
 from controlplane.plans.models import Plan
 from controlplane.plans.services import REPLAN_TASK, replan_execute, replan_request
 
@@ -22,8 +25,11 @@ def replan(run_id: int) -> str | None:
     return run.status if run is not None else None
 
 
-@app.task(name="headroom.plans.replan_scheduled")
-def replan_scheduled() -> int:
-    """Request a scheduled re-plan; returns the new run's id."""
+@app.task(bind=True, name="headroom.plans.replan_scheduled")
+def replan_scheduled(self: Any) -> int | None:
+    """Request a scheduled re-plan; returns the new run's id (None: this delivery repeats a
+    beat tick already taken, and no run is requested)."""
+    if not beat_tick_claim(self.request):
+        return None
     run = replan_request(trigger=Plan.Trigger.SCHEDULE)
     return int(run.pk)

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane.core.outage import on_fresh_connection
 from controlplane.core.schedule import ScheduledTask
 from controlplane.telemetry import histograms, selectors
 from controlplane.telemetry.conf import LabelConfig, TelemetrySettings, telemetry_settings
@@ -261,11 +262,13 @@ def telemetry_pull(
     pull.series_fetched = fetched.series
     pull.samples_fetched = fetched.sample_count
     pull.skipped_series = fetched.skipped_series
-    pull.unknown_labels = selectors.unknown_label_values(
-        {(k.tenant, k.model, k.region) for k in fetched.samples}, selectors.known_names()
-    )
-    overwrite = selectors.overlaps_incomplete(bucket_s=conf.bucket_s, start=start, end=end)
+    # Every read and write from here is inside the try: the database failing (restarted under
+    # the pull) leaves a failed report, not one running for ever.
     try:
+        pull.unknown_labels = selectors.unknown_label_values(
+            {(k.tenant, k.model, k.region) for k in fetched.samples}, selectors.known_names()
+        )
+        overwrite = selectors.overlaps_incomplete(bucket_s=conf.bucket_s, start=start, end=end)
         with transaction.atomic():
             ids = series_ids(keys=fetched.samples, bucket_s=conf.bucket_s)
             rows = [
@@ -301,7 +304,8 @@ def _pull_failed(pull: TelemetryPull, exc: Exception) -> None:
     pull.error = f"{type(exc).__name__}: {exc}"
     pull.samples_stored = 0
     pull.finished_at = timezone.now()
-    pull.save()
+    # On a new connection if the database restarted during the pull: the failure is recorded.
+    on_fresh_connection(pull.save)
 
 
 # -- schedule -------------------------------------------------------------------------------------

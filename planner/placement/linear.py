@@ -133,26 +133,27 @@ class MathOptBackend:
 
     def add_var(self, lb: float, ub: float, *, integer: bool, name: str) -> int:
         m = self._model
-        # Names stay in LinearModel; MathOpt refuses repeats and needs none to solve.
+        # Names stay in LinearModel; MathOpt refuses repeats and needs none to solve. Bounds
+        # go in as floats (MathOpt's setters are typed; an inventory count is an int).
         if integer:
-            self._vars.append(m.add_integer_variable(lb=lb, ub=ub))
+            self._vars.append(m.add_integer_variable(lb=float(lb), ub=float(ub)))
         else:
-            self._vars.append(m.add_variable(lb=lb, ub=ub))
+            self._vars.append(m.add_variable(lb=float(lb), ub=float(ub)))
         self._integer.append(integer)
         return len(self._vars) - 1
 
     def add_row(self, terms: Sequence[tuple[int, float]], lo: float, hi: float) -> None:
         self._nonzeros += len(terms)
-        row = self._model.add_linear_constraint(lb=lo, ub=hi)
+        row = self._model.add_linear_constraint(lb=float(lo), ub=float(hi))
         for var, coef in terms:
-            row.set_coefficient(self._vars[var], coef)
+            row.set_coefficient(self._vars[var], float(coef))
 
     def set_upper_bound(self, var: int, ub: float) -> None:
-        self._vars[var].upper_bound = ub
+        self._vars[var].upper_bound = float(ub)
 
     def fix(self, var: int, value: float) -> None:
-        self._vars[var].lower_bound = value
-        self._vars[var].upper_bound = value
+        self._vars[var].lower_bound = float(value)
+        self._vars[var].upper_bound = float(value)
 
     def _params(self, time_limit_s: float, *, tight: bool = True) -> mathopt.SolveParameters:
         params = mathopt.SolveParameters(
@@ -162,6 +163,12 @@ class MathOptBackend:
             relative_gap_tolerance=OPTIMALITY_GAP,
             absolute_gap_tolerance=1e-9,
         )
+        if self._solver == mathopt.SolverType.HIGHS:
+            # One thread: HiGHS's MIP search is serial, its scheduler is static (instances
+            # in one process must agree on the count), and a process forked to solve a part
+            # must not inherit a scheduler whose worker threads it does not have. MathOpt
+            # refuses its generic ``threads`` for HiGHS; HiGHS's own option it passes on.
+            params.highs.int_options["threads"] = 1
         if not tight:
             return params
         if self._solver == mathopt.SolverType.HIGHS:

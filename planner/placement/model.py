@@ -269,6 +269,10 @@ class SplitFailed(Exception):
         super().__init__(", ".join(f"{r}/{a}" for r, a in sorted(keys)))
         self.keys = frozenset(keys)
 
+    def __reduce__(self) -> tuple[type[SplitFailed], tuple[tuple[tuple[str, str], ...]]]:
+        # Raised in a part's own process, it comes back pickled (solver._solve_parts).
+        return (SplitFailed, (tuple(sorted(self.keys)),))
+
 
 class PlacementModel:
     """The MIP of one part of the problem."""

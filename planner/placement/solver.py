@@ -7,8 +7,8 @@
 
 Each stage is a MIP over the same model (``model.py``) with the earlier stages' optima
 added as rows. The problem is first split into independent parts ((region, model) cells
-linked by demands that may use them); parts are solved side by side on the worker
-threads, each within its share of the time limit, and merged (docs/placement.md).
+linked by demands that may use them); parts are solved side by side, each in a forked
+process of its own within its share of the time limit, and merged (docs/placement.md).
 
 Every plan the solver accepts is checked with float arithmetic against the real-valued
 rows (``plan_violations``); a solver answer that only holds within solver tolerance is
@@ -19,15 +19,18 @@ before any solve finishes.
 
 from __future__ import annotations
 
+import itertools
 import math
+import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from planner.errors import PlannerInputError
+from planner.errors import PlannerInputError, PlannerSolverError
 from planner.placement.binding import binding_sentences
 from planner.placement.decompose import (
     bound_rows,
@@ -533,6 +536,71 @@ def start_plan(instance: Instance, places: Mapping[tuple[str, str], Site]) -> Pl
     return min((fresh, kept), key=lambda p: plan_rank(instance, p, everyone))
 
 
+@dataclass(frozen=True)
+class _PartsJob:
+    """What every part of one ``_solve_parts`` call is solved from."""
+
+    instance: Instance
+    parts: tuple[Part, ...]
+    start: Plan
+    places: Mapping[tuple[str, str], Site]
+    coupled: frozenset[tuple[str, str]]
+    workers: int
+    seed: int
+    backend: BackendName
+
+
+def _solve_one(job: _PartsJob, index: int, deadline: float) -> tuple[Plan, _Progress]:
+    """Solve part ``index`` of ``job`` by ``deadline``: its stages on a fresh model."""
+    part = job.parts[index]
+    model = PlacementModel(job.instance, part, coupled=set(job.coupled), places=job.places)
+    stages = _Stages(
+        model,
+        _restrict(job.instance, job.start, part),
+        deadline=deadline,
+        workers=job.workers,
+        seed=job.seed,
+        backend=job.backend,
+    )
+    return stages.run(), stages.progress
+
+
+# MathOpt and HiGHS are not safe to use from several threads of one process at once (see
+# docs/placement.md, "Concurrency"): in this process parts are solved one at a time, under
+# this lock, whoever calls; parts solved side by side each get a process of their own.
+_IN_PROCESS = threading.Lock()
+# The jobs of the ``_solve_parts`` calls under way, by key; a forked child finds its job
+# here (a copy made at the fork), so nothing but the key, a part number and a deadline is
+# sent to it, and only the part's plan and progress come back.
+_FORKED_JOBS: dict[int, _PartsJob] = {}
+_FORKED_KEYS = itertools.count()
+
+
+def _after_fork_in_child() -> None:
+    # Another thread of the parent may have held the lock at the fork; it does not exist here.
+    global _IN_PROCESS
+    _IN_PROCESS = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _solve_forked(key: int, index: int, deadline: float) -> tuple[Plan, _Progress]:
+    """In a child process: solve part ``index`` of the job registered under ``key``."""
+    with _IN_PROCESS:
+        return _solve_one(_FORKED_JOBS[key], index, deadline)
+
+
+def _describe(part: Part) -> str:
+    models = sorted({model for _region, model in part.cells})
+    regions = sorted({region for region, _model in part.cells})
+    return f"the part of {', '.join(models)} in {len(regions)} region(s) ({', '.join(regions)})"
+
+
+def _can_fork() -> bool:
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
 def _solve_parts(
     instance: Instance,
     parts: Sequence[Part],
@@ -545,53 +613,94 @@ def _solve_parts(
     seed: int,
     backend: BackendName,
 ) -> dict[tuple[tuple[str, str], ...], tuple[Plan, _Progress]]:
-    """Solve ``parts`` side by side on threads (the MIP solvers release the GIL).
+    """Solve ``parts``: side by side in child processes, or one at a time in this one.
 
-    Up to ``PARTS_PER_WORKER × workers`` parts run at once and share the cores by time, so
-    no part waits while another holds a worker on a hard solve, and a part that finishes
-    early leaves the cores to the rest (measured against one part per worker in
-    docs/placement.md). Parts beyond that wait, and take their share (by size) of the time
-    left when they start. CP-SAT uses the workers itself, so its parts go one at a time.
+    Up to ``PARTS_PER_WORKER × workers`` parts run at once, each in a forked process of its
+    own, and share the cores by time, so no part waits while another holds a worker on a
+    hard solve, and a part that finishes early leaves the cores to the rest (measured
+    against one part per worker in docs/placement.md). Parts beyond that wait, and take
+    their share (by size) of the time left when they start. A single part, CP-SAT (which
+    uses the workers itself) and platforms without ``fork`` solve in this process, one part
+    at a time. A part whose solve raises, or whose process dies, raises
+    ``PlannerSolverError`` naming the part; ``SplitFailed`` (a part's pooled replicas
+    cannot be split over its zones) passes through to the caller, which couples them.
     """
-    lanes = 1 if backend == "cpsat" else min(len(parts), PARTS_PER_WORKER * max(1, workers))
+    side_by_side = backend != "cpsat" and len(parts) > 1 and _can_fork()
+    lanes = min(len(parts), PARTS_PER_WORKER * max(1, workers)) if side_by_side else 1
     # Smallest first: when parts must wait, small ones often finish (proven) well inside
     # their share and leave the rest to the large ones.
-    order = sorted(parts, key=lambda p: (_size(p, instance), p.cells))
+    order = tuple(sorted(parts, key=lambda p: (_size(p, instance), p.cells)))
+    job = _PartsJob(
+        instance=instance,
+        parts=order,
+        start=start,
+        places=places,
+        coupled=frozenset(coupled),
+        workers=workers,
+        seed=seed,
+        backend=backend,
+    )
     unfinished = {p.cells: _size(p, instance) for p in order}
     waiting = {p.cells for p in order}
-    lock = threading.Lock()
 
-    def one(part: Part) -> tuple[Plan, _Progress]:
+    def part_deadline(part: Part) -> float:
         # A part's share of the time left is set when it starts: its size against every
         # part not yet finished, over as many lanes as they can use; parts that finish
         # early leave their time to the later ones, and the last wave to start (one part
         # per lane, the largest) may use all that is left.
-        with lock:
-            waiting.discard(part.cells)
-            left = max(0.0, deadline - time.perf_counter())
-            busy = min(lanes, len(unfinished))
-            budget = left * busy * unfinished[part.cells] / sum(unfinished.values())
-            if len(waiting) < lanes:
-                budget = left
-        model = PlacementModel(instance, part, coupled=coupled, places=places)
-        stages = _Stages(
-            model,
-            _restrict(instance, start, part),
-            deadline=min(deadline, time.perf_counter() + budget),
-            workers=workers,
-            seed=seed,
-            backend=backend,
-        )
-        result = stages.run(), stages.progress
-        with lock:
-            del unfinished[part.cells]
-        return result
+        waiting.discard(part.cells)
+        now = time.perf_counter()
+        left = max(0.0, deadline - now)
+        busy = min(lanes, len(unfinished))
+        budget = left * busy * unfinished[part.cells] / sum(unfinished.values())
+        if len(waiting) < lanes:
+            budget = left
+        return min(deadline, now + budget)
 
-    if lanes <= 1 or len(order) <= 1:
-        return {part.cells: one(part) for part in order}
-    with ThreadPoolExecutor(max_workers=lanes) as pool:
-        futures = {part.cells: pool.submit(one, part) for part in order}
-        return {cells: future.result() for cells, future in futures.items()}
+    def failed(part: Part, error: BaseException) -> PlannerSolverError:
+        return PlannerSolverError(
+            f"solving {_describe(part)} failed: {type(error).__name__}: {error}"
+        )
+
+    solved: dict[tuple[tuple[str, str], ...], tuple[Plan, _Progress]] = {}
+    if not side_by_side:
+        for index, part in enumerate(order):
+            with _IN_PROCESS:
+                try:
+                    solved[part.cells] = _solve_one(job, index, part_deadline(part))
+                except SplitFailed:
+                    raise  # the caller couples the inventories and solves again
+                except Exception as error:
+                    raise failed(part, error) from error
+            del unfinished[part.cells]
+        return solved
+
+    key = next(_FORKED_KEYS)
+    _FORKED_JOBS[key] = job
+    try:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=lanes, mp_context=context) as pool:
+            queue = list(enumerate(order))
+            running: dict[Future[tuple[Plan, _Progress]], Part] = {}
+            while queue or running:
+                while queue and len(running) < lanes:
+                    index, part = queue.pop(0)
+                    future = pool.submit(_solve_forked, key, index, part_deadline(part))
+                    running[future] = part
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    part = running.pop(future)
+                    raised = future.exception()
+                    if raised is not None:
+                        pool.shutdown(wait=False, cancel_futures=True)
+                        if isinstance(raised, SplitFailed):
+                            raise raised
+                        raise failed(part, raised) from raised
+                    solved[part.cells] = future.result()
+                    del unfinished[part.cells]
+    finally:
+        del _FORKED_JOBS[key]
+    return solved
 
 
 def _fallback(instance: Instance, start: Plan) -> _Progress:
@@ -755,11 +864,13 @@ def solve(
 
     ``time_limit_s`` bounds the whole solve in seconds; on expiry the best plan found is
     returned with status ``feasible`` and its ``gap``. Independent parts of the problem are
-    solved side by side, up to four per worker, sharing ``workers`` cores; ``seed`` goes to
-    the MIP solver. A fixed ``workers`` and ``seed`` give the same plan for the same problem
+    solved side by side, each in a forked process of its own, up to four per worker, sharing
+    ``workers`` cores; ``seed`` goes to the MIP solver. Safe to call from several threads at
+    once (in one process, parts are solved one at a time). A fixed ``workers`` and ``seed`` give the same plan for the same problem
     whenever the solve finishes within the limit. An invalid problem gives status
     ``invalid`` (never raises); a time limit or worker count out of range raises
-    ``PlannerInputError``.
+    ``PlannerInputError``; a solver failure on a valid problem (a part's solve raised, or
+    its process died) raises ``PlannerSolverError`` naming the part.
     """
     started = time.perf_counter()
     if not (isinstance(time_limit_s, int | float) and 0 < time_limit_s < math.inf):

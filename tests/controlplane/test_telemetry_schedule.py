@@ -116,6 +116,7 @@ def test_install_schedule_installs_every_part_once_and_resets_a_part() -> None:
         "plans: re-plan",
         "emission: dispatch the outbox",
         "benchmarks: measure shapes with stale capacity figures",
+        "jobs: re-send or fail jobs no worker finished",
     }
     _install()
     _install()
@@ -138,7 +139,7 @@ def test_install_schedule_installs_every_part_once_and_resets_a_part() -> None:
 
 
 @pytest.mark.django_db
-def test_the_migrations_create_the_same_plans_and_emission_entries() -> None:
+def test_the_migrations_create_the_same_plans_emission_and_recovery_entries() -> None:
     import importlib
 
     from controlplane.pipeline.schedule import headroom_schedule
@@ -146,6 +147,7 @@ def test_the_migrations_create_the_same_plans_and_emission_entries() -> None:
     for module, part in (
         ("controlplane.plans.migrations.0004_replan_schedule", "plans"),
         ("controlplane.emission.migrations.0003_dispatch_schedule", "emission"),
+        ("controlplane.core.migrations.0002_recovery_schedule", "recovery"),
     ):
         migration = importlib.import_module(module)
         (entry,) = headroom_schedule([part])
