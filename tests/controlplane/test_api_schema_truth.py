@@ -205,12 +205,16 @@ class TestPagination:
 
 
 def _json_schema(node: Any) -> Any:
-    """OpenAPI 3.0's ``nullable`` spelled as JSON Schema, recursively."""
+    """OpenAPI 3.0's ``nullable`` and exclusive bounds spelled as JSON Schema, recursively."""
     if isinstance(node, list):
         return [_json_schema(item) for item in node]
     if not isinstance(node, dict):
         return node
     converted = {key: _json_schema(value) for key, value in node.items()}
+    # OpenAPI 3.0's boolean exclusive bounds are numbers in JSON Schema.
+    for bound in ("Minimum", "Maximum"):
+        if converted.pop(f"exclusive{bound}", False) is True:
+            converted[f"exclusive{bound}"] = converted.pop(bound.lower())
     if converted.pop("nullable", False):
         if "type" in converted and "enum" not in converted:
             converted["type"] = [converted["type"], "null"]
