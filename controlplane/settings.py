@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "controlplane.core",
     "controlplane.fleet",
     "controlplane.policies",
+    "controlplane.access",
     "controlplane.scenarios",
     "controlplane.api",
     "controlplane.plans",
@@ -102,7 +103,13 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         envstr("DATABASE_URL", f"sqlite:///{VAR_DIR / 'headroom.sqlite3'}"),
-        conn_max_age=envint("DATABASE_CONN_MAX_AGE", 0),
+        # Persistent connections: a web thread keeps its connection for this many seconds
+        # instead of opening one per request (a new PostgreSQL connection is a new server
+        # process, several milliseconds of both machines' CPU). 0 closes it after each request.
+        # The connection is checked before a request reuses it, so one the database dropped is
+        # replaced rather than failing the request (docs/benchmarks.md, "API load").
+        conn_max_age=envint("DATABASE_CONN_MAX_AGE", 60, minimum=0),
+        conn_health_checks=True,
     )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -149,6 +156,8 @@ LOGOUT_REDIRECT_URL = "web:login"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
+        # Tenant keys: "Authorization: Bearer <key>", one tenant's records only (docs/api.md).
+        "controlplane.access.authentication.TenantKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.core.roles.RolePermission"],
@@ -180,6 +189,7 @@ SPECTACULAR_SETTINGS = {
         "PlanTriggerEnum": "controlplane.plans.models.Plan.Trigger",
         "BenchmarkRunTriggerEnum": "controlplane.benchmarks.models.BenchmarkRun.Trigger",
         "BenchmarkRunKindEnum": "controlplane.benchmarks.models.BenchmarkRun.Kind",
+        "TenantKeyStateEnum": "controlplane.access.models.TenantKey.State",
     },
 }
 

@@ -15,6 +15,7 @@ urlpatterns = [
     path("api/benchmarks/", benchmarks_root, name="benchmarks-root"),
     path("api/benchmarks/", include("controlplane.benchmarks.urls")),
     path("api/finance/", include("controlplane.finance.urls")),
+    path("api/", include("controlplane.access.urls")),
     path("api/", include("controlplane.api.urls")),
     path("favicon.ico", favicon, name="favicon"),
     path("", include("controlplane.web.urls")),

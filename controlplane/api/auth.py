@@ -12,7 +12,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.contrib.auth.signals import user_logged_in
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
-from rest_framework import serializers, status
+from rest_framework import exceptions, serializers, status
 from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.parsers import FormParser, MultiPartParser
@@ -24,6 +24,7 @@ from rest_framework.views import APIView
 
 from controlplane.core.clients import client_address
 from controlplane.core.parsers import StrictJSONParser
+from controlplane.core.tenancy import request_principal
 
 
 class PasswordGuessThrottle(AnonRateThrottle):
@@ -77,6 +78,11 @@ class AuthTokenView(APIView):
 
     @extend_schema(summary="Revoke your API token", request=None, responses={204: None})
     def delete(self, request: Request) -> Response:
+        if request_principal(request) is not None:
+            # Not a user's token: answering 204 would let its holder think it was revoked.
+            raise exceptions.PermissionDenied(
+                "A tenant key is revoked by a policy admin (DELETE /api/tenant-keys/{id}/)."
+            )
         # IsAuthenticated lets only a signed-in user this far: the check narrows the type.
         if isinstance(request.user, User):
             Token.objects.filter(user=request.user).delete()

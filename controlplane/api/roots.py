@@ -24,6 +24,7 @@ PARTS = {
     "schema": "schema",
     "docs": "api-docs",
     "token": "auth-token",
+    "tenant-keys": "tenant-key-list",
 }
 TELEMETRY = {
     "pulls": "telemetry-pull-list",

@@ -6,6 +6,9 @@ its own transaction (a savepoint when nested), so a refused write leaves nothing
 The acting user on the history rows comes from simple_history's request middleware. A
 tenant with its residency regions is saved by ``controlplane.policies.services.tenant_save``,
 which the admin uses too.
+
+An update whose values equal the stored ones saves nothing: no new revision, no history row
+(``core.records.record_unchanged``).
 """
 
 from __future__ import annotations
@@ -16,15 +19,19 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import transaction
 from django.db.models import Model
 
+from controlplane.core.records import record_unchanged
 from planner.errors import PlannerInputError
 
 RecordT = TypeVar("RecordT", bound=Model)
 
 
 def record_save(*, record: RecordT) -> RecordT:
-    """Validate one record with its model rules and save it (insert or update)."""
+    """Validate one record with its model rules and save it (insert or update); an update
+    that changes nothing is validated and not saved."""
     with transaction.atomic():
         _full_clean(record)
+        if record_unchanged(record):
+            return record
         record.save()
     return record
 

@@ -36,10 +36,12 @@ from controlplane.core.api import (
     QueryGuardMixin,
     RecordPagination,
     StableOrderingFilter,
+    TenantScopeMixin,
 )
 from controlplane.core.filters import StrictFilterBackend
 from controlplane.core.parsers import StrictJSONParser, StrictMultiPartParser
 from controlplane.core.roles import POLICY_ADMIN, ROLES, RolePermission
+from controlplane.core.tenancy import TENANT_FLEET, TENANT_OWN
 from controlplane.fleet.models import (
     AcceleratorType,
     CapacityFigure,
@@ -55,8 +57,11 @@ from controlplane.fleet.models import (
 from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
 
 
-class RecordViewSet(QueryGuardMixin, viewsets.ModelViewSet[Any]):
-    """List, retrieve, create, update, delete and history of one kind of record."""
+class RecordViewSet(QueryGuardMixin, TenantScopeMixin, viewsets.ModelViewSet[Any]):
+    """List, retrieve, create, update, delete and history of one kind of record.
+
+    Refused to a tenant key unless the endpoint sets ``tenant_access`` (``core.tenancy``):
+    fleet records are read-only to a key (``FleetRecordViewSet``), policy records its own."""
 
     permission_classes = [RolePermission]
     read_roles = frozenset(ROLES)
@@ -83,6 +88,9 @@ class RecordViewSet(QueryGuardMixin, viewsets.ModelViewSet[Any]):
     @action(detail=True, methods=["get"], serializer_class=HistoryEntrySerializer)
     def history(self, request: Request, pk: str) -> Response:
         model = self.get_queryset().model
+        if self.tenant_principal is not None:
+            # A key reads the history of its own tenant's live records only (404 otherwise).
+            self.get_object()
         rows: QuerySet[Any] = (
             model.history.filter(**{model._meta.pk.attname: pk})
             .select_related("history_user")
@@ -156,27 +164,33 @@ def _with_etag(response: Response) -> Response:
     return response
 
 
-class GeographyViewSet(RecordViewSet):
+class FleetRecordViewSet(RecordViewSet):
+    """Fleet-wide records: a tenant key reads them (to read its own figures), writes none."""
+
+    tenant_access = TENANT_FLEET
+
+
+class GeographyViewSet(FleetRecordViewSet):
     queryset = Geography.objects.all()
     serializer_class = serializers.GeographySerializer
     search_fields = ("name", "description")
 
 
-class RegionViewSet(RecordViewSet):
+class RegionViewSet(FleetRecordViewSet):
     queryset = Region.objects.all()
     serializer_class = serializers.RegionSerializer
     filterset_class = filters.RegionFilter
     ordering_fields = ("id", "name", "geography__name", "price_multiplier")
 
 
-class ZoneViewSet(RecordViewSet):
+class ZoneViewSet(FleetRecordViewSet):
     queryset = Zone.objects.all()
     serializer_class = serializers.ZoneSerializer
     filterset_class = filters.ZoneFilter
     ordering_fields = ("id", "name", "region__name", "state")
 
 
-class RegionLinkViewSet(RecordViewSet):
+class RegionLinkViewSet(FleetRecordViewSet):
     queryset = RegionLink.objects.all()
     serializer_class = serializers.RegionLinkSerializer
     filterset_class = filters.RegionLinkFilter
@@ -184,7 +198,7 @@ class RegionLinkViewSet(RecordViewSet):
     ordering_fields = ("id", "region_a__name", "region_b__name", "rtt_ms")
 
 
-class AcceleratorTypeViewSet(RecordViewSet):
+class AcceleratorTypeViewSet(FleetRecordViewSet):
     queryset = AcceleratorType.objects.all()
     serializer_class = serializers.AcceleratorTypeSerializer
     ordering_fields = (
@@ -198,7 +212,7 @@ class AcceleratorTypeViewSet(RecordViewSet):
     )
 
 
-class ZoneInventoryViewSet(RecordViewSet):
+class ZoneInventoryViewSet(FleetRecordViewSet):
     queryset = ZoneInventory.objects.all()
     serializer_class = serializers.ZoneInventorySerializer
     filterset_class = filters.ZoneInventoryFilter
@@ -206,13 +220,13 @@ class ZoneInventoryViewSet(RecordViewSet):
     ordering_fields = ("id", "zone__name", "accelerator__name", "gpus_available")
 
 
-class LlmModelViewSet(RecordViewSet):
+class LlmModelViewSet(FleetRecordViewSet):
     queryset = LlmModel.objects.all()
     serializer_class = serializers.LlmModelSerializer
     ordering_fields = ("id", "name", "parameters_billions")
 
 
-class ReplicaShapeViewSet(RecordViewSet):
+class ReplicaShapeViewSet(FleetRecordViewSet):
     # The derived KV figures read the model and accelerator of every shape.
     queryset = ReplicaShape.objects.select_related("model", "accelerator")
     serializer_class = serializers.ReplicaShapeSerializer
@@ -221,13 +235,13 @@ class ReplicaShapeViewSet(RecordViewSet):
     ordering_fields = ("id", "name", "model__name", "accelerator__name", "gpus_per_replica")
 
 
-class WorkloadClassViewSet(RecordViewSet):
+class WorkloadClassViewSet(FleetRecordViewSet):
     queryset = WorkloadClass.objects.all()
     serializer_class = serializers.WorkloadClassSerializer
     search_fields = ("name", "description")
 
 
-class CapacityFigureViewSet(RecordViewSet):
+class CapacityFigureViewSet(FleetRecordViewSet):
     queryset = CapacityFigure.objects.all()
     serializer_class = serializers.CapacityFigureSerializer
     filterset_class = filters.CapacityFigureFilter
@@ -243,6 +257,7 @@ class CapacityFigureViewSet(RecordViewSet):
 
 
 class TierViewSet(RevisionedRecordViewSet):
+    tenant_access = TENANT_FLEET
     queryset = Tier.objects.all()
     serializer_class = serializers.TierSerializer
     filterset_class = filters.TierFilter
@@ -250,6 +265,10 @@ class TierViewSet(RevisionedRecordViewSet):
 
 
 class TenantViewSet(RevisionedRecordViewSet):
+    # A key reads and updates its own tenant; creating or deleting tenants is an operator's.
+    tenant_access = TENANT_OWN
+    tenant_lookup = "name"
+    tenant_writes = frozenset({"update", "partial_update"})
     # Constant query count for a page of any size: the quota joins in, regions prefetch.
     queryset = Tenant.objects.select_related("quota").prefetch_related("residency_regions")
     serializer_class = serializers.TenantSerializer
@@ -259,6 +278,9 @@ class TenantViewSet(RevisionedRecordViewSet):
 
 
 class TenantQuotaViewSet(RevisionedRecordViewSet):
+    tenant_access = TENANT_OWN
+    tenant_lookup = "tenant__name"
+    tenant_writes = frozenset({"update", "partial_update"})
     queryset = TenantQuota.objects.all()
     serializer_class = serializers.TenantQuotaSerializer
     filterset_class = filters.TenantQuotaFilter
@@ -267,6 +289,9 @@ class TenantQuotaViewSet(RevisionedRecordViewSet):
 
 
 class WorkloadProfileViewSet(RecordViewSet):
+    tenant_access = TENANT_OWN
+    tenant_lookup = "tenant__name"
+    tenant_writes = frozenset({"create", "update", "partial_update", "destroy"})
     queryset = WorkloadProfile.objects.all()
     serializer_class = serializers.WorkloadProfileSerializer
     filterset_class = filters.WorkloadProfileFilter

@@ -127,19 +127,14 @@ def reverting(request: HttpRequest) -> bool:
     return bool(getattr(request, "_headroom_reverting", False))
 
 
-class RevisionedAdmin(SimpleHistoryAdmin):
-    """Admin for a ``Revisioned`` model: shows the revision, checks it on save, and saves
-    nothing when nothing changed (no new revision, no empty history row)."""
-
-    form = RevisionCheckedForm
+class HistoryAdmin(SimpleHistoryAdmin):
+    """Admin of a model with an audit history that saves nothing when nothing changed: an
+    unchanged form writes no empty history row (the API's no-op writes do the same)."""
 
     def save_model(self, request: HttpRequest, obj: Any, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
         if change and not form.has_changed() and not reverting(request):
             return
         super().save_model(request, obj, form, change)  # type: ignore[no-untyped-call]
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [*super().get_readonly_fields(request, obj), "revision"]
 
     def history_form_view(
         self,
@@ -151,12 +146,31 @@ class RevisionedAdmin(SimpleHistoryAdmin):
         # A revert's form starts from the history entry, so "unchanged" there still differs
         # from the stored record: it is saved.
         request._headroom_reverting = True  # type: ignore[attr-defined]
+        # django-simple-history leaves this view unannotated, and mypy's untyped_calls_exclude
+        # does not reach calls made through super().
+        response: HttpResponse = super().history_form_view(  # type: ignore[no-untyped-call]
+            request, object_id, version_id, extra_context
+        )
+        return response
+
+
+class RevisionedAdmin(HistoryAdmin):
+    """Admin for a ``Revisioned`` model: shows the revision, checks it on save, and saves
+    nothing when nothing changed (no new revision, no empty history row)."""
+
+    form = RevisionCheckedForm
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [*super().get_readonly_fields(request, obj), "revision"]
+
+    def history_form_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        version_id: str,
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         # Reverting saves through the form, whose revision check locks the row: that needs
         # a transaction, which the change view has and this view does not.
         with transaction.atomic(using=router.db_for_write(self.model)):
-            # django-simple-history leaves this view unannotated, and mypy's
-            # untyped_calls_exclude does not reach calls made through super().
-            response: HttpResponse = super().history_form_view(  # type: ignore[no-untyped-call]
-                request, object_id, version_id, extra_context
-            )
-        return response
+            return super().history_form_view(request, object_id, version_id, extra_context)

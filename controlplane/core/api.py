@@ -4,25 +4,30 @@ read-only endpoint.
 Every endpoint, read-only or not, refuses NUL in query parameters (PostgreSQL text cannot
 hold it: it would be a database error, a 500), orders its pages with a tie-break on the id
 (rows that compare equal would otherwise move between pages) and caps a page at
-``RecordPagination.max_limit`` rows.
+``RecordPagination.max_limit`` rows, and serves a tenant key only its own tenant's rows
+(``TenantScopeMixin``, ``core.tenancy``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
+from django.contrib.auth.models import AnonymousUser
 from django.db.models import QuerySet
-from rest_framework import exceptions, viewsets
+from rest_framework import exceptions, generics, viewsets
 from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import FormParser
+from rest_framework.relations import ManyRelatedField, RelatedField
 from rest_framework.request import Request
+from rest_framework.serializers import BaseSerializer, ListSerializer
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from controlplane.core.filters import StrictFilterBackend
 from controlplane.core.parsers import StrictJSONParser, StrictMultiPartParser
 from controlplane.core.roles import POLICY_ADMIN, ROLES, RolePermission
+from controlplane.core.tenancy import TENANT_OWN, TenantPrincipal, request_principal
 
 # Ids are bigints: more digits than this cannot name a row, and would overflow the database's
 # integer type in the lookup, so such URLs do not resolve (404).
@@ -112,7 +117,63 @@ class QueryGuardMixin(APIView):
                 )
 
 
-class ReadOnlyViewSet(QueryGuardMixin, viewsets.ReadOnlyModelViewSet[Any]):
+class TenantScopeMixin(generics.GenericAPIView[Any]):
+    """Rows a tenant key may see, and the tenant a key's writes may name.
+
+    For a view with ``tenant_access = TENANT_OWN``, every queryset the view filters (lists,
+    and ``get_object`` behind details, updates, deletes and detail actions) keeps the rows
+    whose ``tenant_lookup`` (a path to the tenant's name, e.g. ``"tenant__name"``) is the
+    key's tenant, so another tenant's row is a 404 as if it did not exist. The serializer's
+    tenant field (the first step of ``tenant_lookup``, when it is a relation) accepts the
+    key's own tenant only: naming another is a 400 on that field. Users see everything.
+    """
+
+    tenant_access: ClassVar[str | None] = None
+    tenant_lookup: ClassVar[str | None] = None
+    tenant_writes: ClassVar[frozenset[str]] = frozenset()
+
+    @property
+    def tenant_principal(self) -> TenantPrincipal | None:
+        return request_principal(getattr(self, "request", None))
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        if request_principal(request) is not None:
+            # simple_history's middleware takes the acting user from the Django request, and a
+            # key is no user row (storing it would fail): the history row's user stays empty
+            # and its change reason names the key (``controlplane.access.audit``).
+            request._request.user = AnonymousUser()
+
+    def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return self.tenant_scope(super().filter_queryset(queryset))
+
+    def tenant_scope(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """The rows of ``queryset`` this request may see."""
+        principal = self.tenant_principal
+        if principal is None:
+            return queryset
+        if self.tenant_access != TENANT_OWN:
+            # Fleet-wide records are readable as a whole; any other endpoint refused the key
+            # already, and shows nothing should a path get this far.
+            return queryset if self.tenant_access is not None else queryset.none()
+        if self.tenant_lookup is None:
+            return queryset.none()
+        return queryset.filter(**{self.tenant_lookup: principal.tenant_name})
+
+    def get_serializer(self, *args: Any, **kwargs: Any) -> BaseSerializer[Any]:
+        serializer = super().get_serializer(*args, **kwargs)
+        principal = self.tenant_principal
+        if principal is not None and self.tenant_lookup:
+            form = serializer.child if isinstance(serializer, ListSerializer) else serializer
+            field = getattr(form, "fields", {}).get(self.tenant_lookup.split("__")[0])
+            if isinstance(field, ManyRelatedField):
+                field = field.child_relation
+            if isinstance(field, RelatedField) and field.queryset is not None:
+                field.queryset = field.queryset.filter(pk=principal.tenant_id)
+        return serializer
+
+
+class ReadOnlyViewSet(QueryGuardMixin, TenantScopeMixin, viewsets.ReadOnlyModelViewSet[Any]):
     """List (filtered, stably ordered, paginated) and retrieve; any role reads.
 
     Subclasses set the queryset, serializer, ``filterset_*`` and ``ordering_fields``; an

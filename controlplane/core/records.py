@@ -1,4 +1,5 @@
-"""Records edited under optimistic concurrency."""
+"""Records edited under optimistic concurrency, and the test every update service makes
+first: whether the write changes anything at all."""
 
 from __future__ import annotations
 
@@ -23,3 +24,27 @@ class Revisioned(models.Model):
     @property
     def etag(self) -> str:
         return f'"{type(self).__name__.lower()}-{self.pk}-{self.revision}"'
+
+
+def record_unchanged(record: models.Model) -> bool:
+    """Whether ``record``, an update of a stored row, holds exactly the stored values.
+
+    Update services save nothing for such a write: no new revision (so the ETag stays), no
+    audit history row. Compares every concrete column but the revision (the database's own
+    counter, not a value the writer sets) with the row as stored now; a new record, or one
+    deleted meanwhile, is a change. Many-to-many values are the caller's to compare.
+    """
+    if record.pk is None or record._state.adding:
+        return False
+    fields = [
+        f for f in record._meta.concrete_fields if not f.primary_key and f.attname != "revision"
+    ]
+    stored = (
+        type(record)
+        ._default_manager.filter(pk=record.pk)
+        .values(*(f.attname for f in fields))
+        .first()
+    )
+    if stored is None:
+        return False
+    return all(getattr(record, f.attname) == stored[f.attname] for f in fields)

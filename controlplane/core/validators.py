@@ -7,9 +7,12 @@ like); those modules keep aliases, so old migrations still load.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.validators import RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 
 slug_validator = RegexValidator(
     r"^[a-z0-9][a-z0-9._/-]*$",
@@ -58,3 +61,55 @@ def at_least_one(value: float) -> None:
     finite(value)
     if value is None or value < 1:
         raise ValidationError("Must be at least 1 (1.0 = no burst).")
+
+
+# -- bounds -----------------------------------------------------------------------------------
+# Every numeric fleet and policy figure has a range that a real fleet stays inside; together
+# the ranges keep every product the planner forms (rate × burst × tokens / throughput, GPUs ×
+# price × multiplier) finite and within what its solver handles. The model fields carry them
+# as ``MinValueValidator``/``MaxValueValidator``, so the admin, the API (DRF copies them into
+# the serializer), the OpenAPI schema (``minimum``/``maximum``) and the scenario loader refuse
+# the same values, and the field's help text says the range.
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A closed range ``[low, high]`` of a figure, with its unit for the help text."""
+
+    low: float
+    high: float
+    unit: str = ""
+
+    @property
+    def validators(self) -> list[Callable[[Any], None]]:
+        """Finite, then at least ``low`` and at most ``high`` (NaN fails ``finite``: it
+        compares false with both ends)."""
+        unit = f" {self.unit}" if self.unit else ""
+        return [
+            finite,
+            MinValueValidator(self.low, message=f"Must be at least {_number(self.low)}{unit}."),
+            MaxValueValidator(self.high, message=f"Must be at most {_number(self.high)}{unit}."),
+        ]
+
+    def help(self, text: str = "") -> str:
+        """``text`` followed by the range, e.g. "p95 TTFT, seconds. From 0.01 to 600 s."."""
+        unit = f" {self.unit}" if self.unit else ""
+        sentence = f"From {_number(self.low)} to {_number(self.high)}{unit}."
+        return f"{text} {sentence}" if text else sentence
+
+
+def _number(value: float) -> str:
+    """``2000000`` → ``2,000,000``; ``0.01`` → ``0.01``."""
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:g}"
+
+
+# Shared ranges (each model names its own where nothing is shared).
+TOKENS_PER_REQUEST = Bounds(1, 10_000_000, "tokens")  # the longest contexts served today
+UTILIZATION_TARGET = Bounds(0.05, 1)
+SHARE = Bounds(0, 1)
+RTT_MS = Bounds(0, 1000, "ms")  # the longest inter-region round trips are ~300 ms
+GPU_COUNT = Bounds(0, 100_000, "GPUs")  # the largest single clusters
+GPU_PRICE_PER_HOUR = Bounds(0.01, 500, "$ per GPU-hour")
+PRICE_MULTIPLIER = Bounds(0.1, 10)

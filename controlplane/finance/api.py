@@ -3,7 +3,8 @@
 Reads need any role (``finance``, ``viewer``, ``policy-admin``). Every endpoint answers JSON,
 or CSV with ``?format=csv`` or ``Accept: text/csv`` (the same rows and numbers). A bad query
 parameter is a 400 naming it; no active plan is a 404. Each view parses its query, calls one
-service and returns its report.
+service and returns its report. A tenant key gets its own tenant's rows (the services'
+``tenant``); the commitments are the fleet's and refused to it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rest_framework.views import APIView
 
 from controlplane.core.api import QueryGuardMixin
 from controlplane.core.roles import ROLES, RolePermission
+from controlplane.core.tenancy import TENANT_OWN, request_principal
 from controlplane.finance import services
 from controlplane.finance.renderers import CSVRenderer
 from controlplane.finance.serializers import (
@@ -41,6 +43,13 @@ class _FinanceView(QueryGuardMixin, APIView):
     read_roles = frozenset(ROLES)
     renderer_classes = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
     query_serializer: type[Serializer[Any]] = ReportQuerySerializer
+    tenant_access: str | None = TENANT_OWN
+
+    @property
+    def tenant(self) -> str | None:
+        """The tenant a tenant key's request is cut down to; None for a user."""
+        principal = request_principal(self.request)
+        return principal.tenant_name if principal is not None else None
 
     def finalize_response(
         self, request: Request, response: Response, *args: Any, **kwargs: Any
@@ -87,12 +96,18 @@ class ForecastView(_FinanceView):
         q = self.query(request)
         return self.answer(
             lambda: services.finance_forecast(
-                period=q["period"], group_by=q["group_by"], horizon=q.get("horizon")
+                period=q["period"],
+                group_by=q["group_by"],
+                horizon=q.get("horizon"),
+                tenant=self.tenant,
             )
         )
 
 
 class CommitmentsView(_FinanceView):
+    # The fleet's reservation: no tenant's figure.
+    tenant_access = None
+
     @extend_schema(
         summary="Reserved GPUs per region and GPU type, the on-demand remainder and the saving",
         description=(
@@ -126,7 +141,7 @@ class PromisesView(_FinanceView):
         responses={200: ReportSerializer, 404: NOT_FOUND},
     )
     def get(self, request: Request) -> Response:
-        return self.answer(lambda: services.finance_promises())
+        return self.answer(lambda: services.finance_promises(tenant=self.tenant))
 
 
 class ShowbackView(_FinanceView):
@@ -142,7 +157,9 @@ class ShowbackView(_FinanceView):
     def get(self, request: Request) -> Response:
         q = self.query(request)
         return self.answer(
-            lambda: services.finance_showback(period=q["period"], horizon=q.get("horizon"))
+            lambda: services.finance_showback(
+                period=q["period"], horizon=q.get("horizon"), tenant=self.tenant
+            )
         )
 
 
@@ -162,7 +179,10 @@ class HistoryView(_FinanceView):
         q = self.query(request)
         return self.answer(
             lambda: services.finance_history(
-                period=q["period"], group_by=q["group_by"], horizon=q.get("horizon")
+                period=q["period"],
+                group_by=q["group_by"],
+                horizon=q.get("horizon"),
+                tenant=self.tenant,
             )
         )
 
@@ -185,6 +205,9 @@ class OpenCostAllocationView(_FinanceView):
         q = self.query(request)
         return self.answer(
             lambda: services.opencost_allocation(
-                period=q["period"], aggregate=q["aggregate"], horizon=q.get("horizon")
+                period=q["period"],
+                aggregate=q["aggregate"],
+                horizon=q.get("horizon"),
+                tenant=self.tenant,
             )
         )

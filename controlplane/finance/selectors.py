@@ -10,12 +10,20 @@ from django.db.models import QuerySet
 from controlplane.finance.models import FinanceReport, FinanceSnapshot, PromisePricing
 from controlplane.fleet.models import AcceleratorType
 from controlplane.plans.models import Plan
+from controlplane.plans.selectors import PLAN_DOCUMENTS
+from controlplane.policies.models import Tenant
+
+
+def tenant_names_except(*, name: str) -> list[str]:
+    """Every tenant's name but ``name`` (what a report for one tenant must not mention)."""
+    return list(Tenant.objects.exclude(name=name).values_list("name", flat=True))
 
 
 def plan_active_with_rows() -> Plan | None:
     """The active plan, if any (its allocations and routing are read when a result is first
-    computed, not on every request)."""
-    return Plan.objects.filter(state=Plan.State.ACTIVE).first()
+    computed, not on every request; so are its documents, ``PLAN_DOCUMENTS``, deferred: each
+    is read on its first access)."""
+    return Plan.objects.filter(state=Plan.State.ACTIVE).defer(*PLAN_DOCUMENTS).first()
 
 
 @dataclass(frozen=True)
@@ -43,8 +51,19 @@ def plan_activation_timeline(*, before: datetime) -> list[ActiveSpan]:
     return spans
 
 
+# The snapshot's bulk: megabytes on a large fleet. A request whose report is stored needs the
+# snapshot's id only, so these are read when a report is first built (one query each, on first
+# access), not on every request.
+SNAPSHOT_BULK = ("pools", "loads", "gpu_pools", "arrays")
+
+
 def snapshot_find(*, plan: Plan, start: datetime, hours: int) -> FinanceSnapshot | None:
-    return FinanceSnapshot.objects.filter(plan=plan, start=start, hours=hours).first()
+    """The stored snapshot, its bulk fields (``SNAPSHOT_BULK``) deferred."""
+    return (
+        FinanceSnapshot.objects.filter(plan=plan, start=start, hours=hours)
+        .defer(*SNAPSHOT_BULK)
+        .first()
+    )
 
 
 def snapshots_covering(*, start: datetime) -> QuerySet[FinanceSnapshot]:
@@ -53,7 +72,13 @@ def snapshots_covering(*, start: datetime) -> QuerySet[FinanceSnapshot]:
 
 
 def report_find(*, snapshot: FinanceSnapshot, endpoint: str, params: str) -> FinanceReport | None:
-    return FinanceReport.objects.filter(snapshot=snapshot, endpoint=endpoint, params=params).first()
+    """The stored report, its ``rows`` deferred (read on first access: a process that has
+    them in memory already does not read them again)."""
+    return (
+        FinanceReport.objects.filter(snapshot=snapshot, endpoint=endpoint, params=params)
+        .defer("rows")
+        .first()
+    )
 
 
 def promise_pricing_find(*, plan: Plan) -> PromisePricing | None:

@@ -12,6 +12,9 @@ repeated request reads one row.
   there, the idle headroom shared in proportion (``planner.forecast.finance.showback_split``);
   a pool that no load uses is the ``(idle headroom)`` tenant's.
 - Money is rounded to cents, hours to hundredths (``MONEY_DIGITS``, ``HOURS_DIGITS``).
+- ``tenant=<name>`` (a tenant key's request) cuts a report down to that tenant: its own rows
+  only (grouped by tenant at least), no idle-headroom, tier or fleet lines, and no note that
+  names another tenant (``for_tenant``). The commitments are the fleet's and have no cut.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import json
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +33,7 @@ import numpy.typing as npt
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from controlplane.core.memo import RowMemo
 from controlplane.finance import selectors
 from controlplane.finance.models import FinanceReport, FinanceSnapshot, PromisePricing
 from controlplane.finance.snapshot import horizon_for, snapshot_arrays, snapshot_compute
@@ -70,6 +74,11 @@ class FinanceInputError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+# Reports read from their stored rows, shared by the requests of this process (callers only
+# read them).
+STORED_REPORTS: RowMemo[Report] = RowMemo(size=64)
 
 
 class NoActivePlan(LookupError):
@@ -225,6 +234,28 @@ class Report:
         }
 
 
+def for_tenant(
+    report: Report, tenant: str | None, *, keep: Callable[[dict[str, Any]], bool]
+) -> Report:
+    """``report`` cut down to one tenant: the rows ``keep`` accepts, the notes that name no
+    other tenant. ``tenant`` None: the report as it is."""
+    if tenant is None:
+        return report
+    others = selectors.tenant_names_except(name=tenant)
+    return replace(
+        report,
+        rows=[row for row in report.rows if keep(row)],
+        notes=[note for note in report.notes if not any(name in note for name in others)],
+    )
+
+
+def _tenant_groups(groups: tuple[str, ...], tenant: str | None) -> tuple[str, ...]:
+    """A tenant's report is grouped by tenant (at least): its rows are its own."""
+    if tenant is None or "tenant" in groups:
+        return groups
+    return (*groups, "tenant")
+
+
 # -- the active plan's snapshot and its periods ----------------------------------------------
 
 
@@ -245,23 +276,29 @@ def _cached(
     key = json.dumps(params, sort_keys=True, separators=(",", ":"))
     found = selectors.report_find(snapshot=snapshot, endpoint=endpoint, params=key)
     if found is not None:
-        return Report(
-            **{
-                **found.rows,
-                "group_by": tuple(found.rows["group_by"]),
-                "columns": tuple(found.rows["columns"]),
-            }
+        stored = found
+        # A stored report never changes: its rows are read and parsed once per process.
+        return STORED_REPORTS.get(
+            stored.pk,
+            stored.created_at,
+            lambda: Report(
+                **{
+                    **stored.rows,
+                    "group_by": tuple(stored.rows["group_by"]),
+                    "columns": tuple(stored.rows["columns"]),
+                }
+            ),
         )
     report = build()
     body = report.as_dict()
     try:
         with transaction.atomic():
-            FinanceReport.objects.create(
+            stored = FinanceReport.objects.create(
                 snapshot=snapshot, endpoint=endpoint, params=key, rows=body
             )
     except IntegrityError:
-        pass  # stored by a concurrent request with the same parameters: the same rows
-    return report
+        return report  # stored by a concurrent request with the same parameters: the same rows
+    return STORED_REPORTS.get(stored.pk, stored.created_at, lambda: report)
 
 
 def _periods(
@@ -484,15 +521,17 @@ def finance_forecast(
     group_by: Iterable[str] = (),
     horizon: int | None = None,
     now: datetime | None = None,
+    tenant: str | None = None,
 ) -> Report:
     """Replica-hours, GPU-hours and cost per period and group, from the current period on.
 
     ``period`` day, week or month; ``group_by`` any of ``GROUPS``; ``horizon`` the number of
-    periods (defaults: 31 days, 13 weeks, 12 months). Raises ``FinanceInputError`` for a bad
-    parameter and ``NoActivePlan`` without an active plan.
+    periods (defaults: 31 days, 13 weeks, 12 months); ``tenant`` one tenant's rows only (also
+    grouped by tenant). Raises ``FinanceInputError`` for a bad parameter and ``NoActivePlan``
+    without an active plan.
     """
     kind = _check_period(period)
-    groups = check_group_by(group_by)
+    groups = _tenant_groups(check_group_by(group_by), tenant)
     count = _check_horizon(horizon, kind)
     moment = now or timezone.now()
     snapshot = finance_snapshot(now=moment)
@@ -538,7 +577,8 @@ def finance_forecast(
             notes=list(snapshot.notes),
         )
 
-    return _cached(snapshot, "forecast", params, build)
+    report = _cached(snapshot, "forecast", params, build)
+    return for_tenant(report, tenant, keep=lambda row: row["tenant"] == tenant)
 
 
 # -- showback ---------------------------------------------------------------------------------
@@ -563,7 +603,11 @@ SHOWBACK_COLUMNS = (
 
 
 def finance_showback(
-    *, period: str = "month", horizon: int | None = None, now: datetime | None = None
+    *,
+    period: str = "month",
+    horizon: int | None = None,
+    now: datetime | None = None,
+    tenant: str | None = None,
 ) -> Report:
     """Cost per tenant per period and per million tokens, with the idle headroom as a line.
 
@@ -572,7 +616,7 @@ def finance_showback(
     two). The ``idle-headroom`` line per period: ``idle_cost`` (all replica-hours no load used:
     floors, burst, rounding), of which ``idle_unallocated`` is in pools no load uses. Σ tenants'
     ``usage_cost`` + ``idle_cost`` = Σ tenants' ``cost`` + ``idle_unallocated`` = the forecast's
-    total for the period.
+    total for the period. ``tenant``: that tenant's lines only.
     """
     kind = _check_period(period)
     count = _check_horizon(horizon, kind)
@@ -655,7 +699,10 @@ def finance_showback(
             notes=list(snapshot.notes),
         )
 
-    return _cached(snapshot, "showback", params, build)
+    report = _cached(snapshot, "showback", params, build)
+    return for_tenant(
+        report, tenant, keep=lambda row: row["line"] == "tenant" and row["tenant"] == tenant
+    )
 
 
 # -- commitments ------------------------------------------------------------------------------
@@ -887,11 +934,11 @@ def promise_pricing(*, plan: Plan | None = None) -> PromisePricing:
     return pricing
 
 
-def finance_promises() -> Report:
+def finance_promises(*, tenant: str | None = None) -> Report:
     """What each promise (zone survival, N+1, burst headroom) costs per hour and per month
     (``HOURS_PER_MONTH``): for the fleet (the ladder's steps), and for each tier and tenant its
     share of each step by the load it promised (``promise_weights``), so tenants add up to
-    their tier and tiers to the fleet."""
+    their tier and tiers to the fleet. ``tenant``: that tenant's rows only."""
     plan = selectors.plan_active_with_rows()
     if plan is None:
         raise NoActivePlan("No plan is active yet: run a re-plan.")
@@ -935,7 +982,7 @@ def finance_promises() -> Report:
                     "solver_status": without["solver_status"],
                 }
             )
-    return Report(
+    report = Report(
         plan_version=plan.version,
         snapshot=None,
         period="month",
@@ -947,6 +994,9 @@ def finance_promises() -> Report:
             f"Re-solved in {pricing.solve_seconds:.1f} s when first asked; "
             f"a month is {HOURS_PER_MONTH} hours."
         ],
+    )
+    return for_tenant(
+        report, tenant, keep=lambda row: row["scope"] == "tenant" and row["name"] == tenant
     )
 
 
@@ -965,16 +1015,21 @@ def opencost_allocation(
     aggregate: Iterable[str] = ("region",),
     horizon: int | None = None,
     now: datetime | None = None,
+    tenant: str | None = None,
 ) -> dict[str, Any]:
     """The forecast in OpenCost's allocation response shape: ``data`` holds one set per period,
     each a mapping from the aggregate's name (values joined by "/", as OpenCost names a
     multi-key aggregate) to an allocation with ``window``, ``start``, ``end``, ``minutes``,
     ``gpuCount``, ``gpuHours``, ``gpuCost``, ``totalCost`` (CPU, RAM, storage and network
-    fields are zero: Headroom prices GPUs). The idle headroom tenant is ``__idle__``."""
+    fields are zero: Headroom prices GPUs). The idle headroom tenant is ``__idle__``.
+    ``tenant``: that tenant's allocations only (aggregated by tenant too)."""
     groups = check_group_by(aggregate)
     if not groups:
         raise FinanceInputError("aggregate", f"name at least one of {', '.join(GROUPS)}")
-    report = finance_forecast(period=period, group_by=groups, horizon=horizon, now=now)
+    groups = _tenant_groups(groups, tenant)
+    report = finance_forecast(
+        period=period, group_by=groups, horizon=horizon, now=now, tenant=tenant
+    )
     sets: dict[str, dict[str, Any]] = {}
     order: list[str] = []
     for row in report.rows:
@@ -1043,13 +1098,15 @@ def finance_history(
     group_by: Iterable[str] = (),
     horizon: int | None = None,
     now: datetime | None = None,
+    tenant: str | None = None,
 ) -> Report:
     """What was provisioned in each of the last ``horizon`` periods (the current one up to the
     last whole hour before ``now``), from the plans that were active (their activation times), by group; beside it
     what was planned for the period: the forecast of the earliest stored snapshot whose
-    horizon began at or before the period (None where there is none)."""
+    horizon began at or before the period (None where there is none). ``tenant``: that
+    tenant's rows only (also grouped by tenant)."""
     kind = _check_period(period)
-    groups = check_group_by(group_by)
+    groups = _tenant_groups(check_group_by(group_by), tenant)
     count = _check_horizon(horizon, kind)
     moment = now or timezone.now()
     # Whole hours only: the hour under way is counted once it has ended, so a report is the
@@ -1076,7 +1133,7 @@ def finance_history(
             overlap = (hi - lo) / HOUR_S
             for row in plan.allocations.all():
                 parts = shares.get((row.region, row.shape)) or [(IDLE, "", 1.0)]
-                for tenant, tier, share in parts:
+                for part_tenant, tier, share in parts:
                     values = {
                         "hours_active": overlap,
                         "replica_hours": share * row.replicas * overlap,
@@ -1089,7 +1146,7 @@ def finance_history(
                         "accelerator": row.accelerator,
                         "shape": row.shape,
                         "model": model_of.get(row.shape, ""),
-                        "tenant": tenant,
+                        "tenant": part_tenant,
                         "tier": tier,
                     }
                     for name, text in attrs.items():
@@ -1127,7 +1184,7 @@ def finance_history(
             }
         )
     active = selectors.plan_active_with_rows()
-    return Report(
+    report = Report(
         plan_version=active.version if active is not None else 0,
         snapshot=None,
         period=kind,
@@ -1136,6 +1193,7 @@ def finance_history(
         columns=history_columns(groups),
         rows=rows,
     )
+    return for_tenant(report, tenant, keep=lambda row: row["tenant"] == tenant)
 
 
 def _plan_tenant_shares(plan: Plan) -> dict[tuple[str, str], list[tuple[str, str, float]]]:

@@ -1,7 +1,7 @@
 """Admin UI for fleet facts, arranged for what an operator scans for.
 
 Every model keeps its audit trail through ``SimpleHistoryAdmin`` (who changed what, before and
-after). Derived figures are shown read-only and come from the model properties, which take them
+after); saving an unchanged form writes no history row (``core.admin.HistoryAdmin``). Derived figures are shown read-only and come from the model properties, which take them
 from ``planner.capacity.memory``; nothing is computed here.
 """
 
@@ -16,8 +16,8 @@ from django.db.models import Count, QuerySet, Sum
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.timesince import timesince
-from simple_history.admin import SimpleHistoryAdmin
 
+from controlplane.core.admin import HistoryAdmin
 from controlplane.fleet.admin_forms import HumanFieldsMixin
 from controlplane.fleet.models import (
     AcceleratorType,
@@ -58,7 +58,7 @@ def _shape_complete(shape: ReplicaShape) -> bool:
 
 
 @admin.register(Geography)
-class GeographyAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
+class GeographyAdmin(HumanFieldsMixin, HistoryAdmin):
     list_display = ["name", "description", "region_count"]
     # Explicit: an annotated (GROUP BY) queryset drops Meta.ordering, and autocomplete pages.
     ordering = ["name"]
@@ -81,7 +81,7 @@ class ZoneInline(HumanFieldsMixin, admin.TabularInline[Zone, Region]):
 
 
 @admin.register(Region)
-class RegionAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
+class RegionAdmin(HumanFieldsMixin, HistoryAdmin):
     list_display = ["name", "geography", "price_multiplier", "zone_count"]
     ordering = ["name"]
     list_filter = ["geography"]
@@ -107,7 +107,7 @@ class ZoneInventoryInline(HumanFieldsMixin, admin.TabularInline[ZoneInventory, Z
 
 
 @admin.register(Zone)
-class ZoneAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
+class ZoneAdmin(HumanFieldsMixin, HistoryAdmin):
     list_display = ["name", "region", "geography", "state"]
     list_filter = ["state", "region__geography", "region"]
     search_fields = ["name", "region__name"]
@@ -121,7 +121,7 @@ class ZoneAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
 
 
 @admin.register(RegionLink)
-class RegionLinkAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
+class RegionLinkAdmin(HumanFieldsMixin, HistoryAdmin):
     list_display = ["region_a", "region_b", "rtt_ms"]
     list_filter = ["region_a__geography", "region_a"]
     search_fields = ["region_a__name", "region_b__name"]
@@ -130,7 +130,7 @@ class RegionLinkAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
 
 
 @admin.register(AcceleratorType)
-class AcceleratorTypeAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
+class AcceleratorTypeAdmin(HumanFieldsMixin, HistoryAdmin):
     list_display = [
         "name",
         "memory_gb",
@@ -154,7 +154,7 @@ class AcceleratorTypeAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
 
 
 @admin.register(ZoneInventory)
-class ZoneInventoryAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
+class ZoneInventoryAdmin(HumanFieldsMixin, HistoryAdmin):
     list_display = ["zone", "region", "accelerator", "gpus_available"]
     list_filter = ["accelerator", "zone__region__geography", "zone__region"]
     search_fields = ["zone__name", "zone__region__name", "accelerator__name"]
@@ -167,7 +167,7 @@ class ZoneInventoryAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
 
 
 @admin.register(LlmModel)
-class LlmModelAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
+class LlmModelAdmin(HumanFieldsMixin, HistoryAdmin):
     list_display = [
         "name",
         "parameters_billions",
@@ -222,7 +222,7 @@ class CapacityFigureInline(HumanFieldsMixin, admin.TabularInline[CapacityFigure,
 
 
 @admin.register(ReplicaShape)
-class ReplicaShapeAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
+class ReplicaShapeAdmin(HumanFieldsMixin, HistoryAdmin):
     list_display = [
         "name",
         "model",
@@ -283,7 +283,7 @@ class ReplicaShapeAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
 
 
 @admin.register(WorkloadClass)
-class WorkloadClassAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
+class WorkloadClassAdmin(HumanFieldsMixin, HistoryAdmin):
     list_display = ["name", "description"]
     search_fields = ["name", "description"]
 
@@ -310,7 +310,7 @@ class FreshnessFilter(admin.SimpleListFilter):
 
 
 @admin.register(CapacityFigure)
-class CapacityFigureAdmin(HumanFieldsMixin, SimpleHistoryAdmin):
+class CapacityFigureAdmin(HumanFieldsMixin, HistoryAdmin):
     list_display = [
         "shape",
         "workload_class_or_all",

@@ -12,12 +12,19 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
 from controlplane.core.validators import (
+    GPU_COUNT,
+    GPU_PRICE_PER_HOUR,
+    PRICE_MULTIPLIER,
+    RTT_MS,
+    TOKENS_PER_REQUEST,
+    UTILIZATION_TARGET,
+    Bounds,
     finite,
     fraction_open_closed,
     non_negative,
@@ -27,6 +34,24 @@ from controlplane.core.validators import (
 from planner.capacity import memory
 
 GB = memory.GB
+
+# The ranges of the fleet figures (``core.validators.Bounds``); the help texts quote them.
+GPU_MEMORY_GB = Bounds(1, 1000, "GB")
+PEAK_TFLOPS = Bounds(1, 100_000, "TFLOP/s")
+MEMORY_TBPS = Bounds(0.1, 100, "TB/s")
+PARAMETERS_BILLIONS = Bounds(0.001, 10_000, "billion")
+BYTES_PER_ELEMENT = Bounds(0.125, 8, "bytes")  # 1-bit to fp64
+LAYERS = Bounds(1, 1000)
+HEADS = Bounds(1, 4096)
+HEAD_DIM = Bounds(1, 4096)
+WIDTH = Bounds(1, 1_000_000)
+INTERMEDIATE_WIDTH = Bounds(1, 10_000_000)
+VOCABULARY = Bounds(1, 10_000_000, "tokens")
+GPUS_PER_REPLICA = Bounds(1, 256, "GPUs")
+RUNTIME_RESERVE_GB = Bounds(0, 1000, "GB")
+TOKENS_PER_S = Bounds(1, 100_000_000, "tokens per second")
+CONCURRENCY = Bounds(1, 1_000_000, "sequences")
+KNEE_REQUESTS_PER_S = Bounds(0.001, 1_000_000, "requests per second")
 
 # A Kubernetes label value: at most 63 characters, alphanumeric at both ends.
 _LABEL_VALUE = RegexValidator(
@@ -55,8 +80,10 @@ class Region(models.Model):
     geography = models.ForeignKey(Geography, on_delete=models.PROTECT, related_name="regions")
     price_multiplier = models.FloatField(
         default=1.0,
-        validators=[positive],
-        help_text="Multiplies every GPU-hour price in this region (1.0 = list price).",
+        validators=PRICE_MULTIPLIER.validators,
+        help_text=PRICE_MULTIPLIER.help(
+            "Multiplies every GPU-hour price in this region (1.0 = list price)."
+        ),
     )
     history = HistoricalRecords()
 
@@ -90,7 +117,9 @@ class RegionLink(models.Model):
 
     region_a = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="+")
     region_b = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="+")
-    rtt_ms = models.FloatField(validators=[non_negative])
+    rtt_ms = models.FloatField(
+        validators=RTT_MS.validators, help_text=RTT_MS.help("Round-trip time, ms.")
+    )
     history = HistoricalRecords()
 
     class Meta:
@@ -117,11 +146,25 @@ class RegionLink(models.Model):
 
 class AcceleratorType(models.Model):
     name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
-    memory_gb = models.FloatField(validators=[positive], help_text="GPU memory, decimal GB.")
-    peak_bf16_tflops = models.FloatField(validators=[positive], help_text="Dense bf16 TFLOP/s.")
-    memory_tbps = models.FloatField(validators=[positive], help_text="Memory bandwidth, TB/s.")
-    on_demand_price_per_gpu_hour = models.FloatField(validators=[positive])
-    reserved_price_per_gpu_hour = models.FloatField(validators=[positive])
+    memory_gb = models.FloatField(
+        validators=GPU_MEMORY_GB.validators, help_text=GPU_MEMORY_GB.help("GPU memory, decimal GB.")
+    )
+    peak_bf16_tflops = models.FloatField(
+        validators=PEAK_TFLOPS.validators, help_text=PEAK_TFLOPS.help("Dense bf16 TFLOP/s.")
+    )
+    memory_tbps = models.FloatField(
+        validators=MEMORY_TBPS.validators, help_text=MEMORY_TBPS.help("Memory bandwidth, TB/s.")
+    )
+    on_demand_price_per_gpu_hour = models.FloatField(
+        validators=GPU_PRICE_PER_HOUR.validators,
+        help_text=GPU_PRICE_PER_HOUR.help("List price of one GPU-hour on demand."),
+    )
+    reserved_price_per_gpu_hour = models.FloatField(
+        validators=GPU_PRICE_PER_HOUR.validators,
+        help_text=GPU_PRICE_PER_HOUR.help(
+            "Price of one reserved GPU-hour; at most the on-demand price."
+        ),
+    )
     gpu_product = models.CharField(
         max_length=63,
         blank=True,
@@ -167,7 +210,10 @@ class ZoneInventory(models.Model):
     accelerator = models.ForeignKey(
         AcceleratorType, on_delete=models.PROTECT, related_name="inventory"
     )
-    gpus_available = models.PositiveIntegerField()
+    gpus_available = models.PositiveIntegerField(
+        validators=GPU_COUNT.validators,
+        help_text=GPU_COUNT.help("GPUs of this type the zone can give the fleet."),
+    )
     history = HistoricalRecords()
 
     class Meta:
@@ -185,29 +231,48 @@ class LlmModel(models.Model):
     """A served model's architecture: enough to derive weight and KV-cache memory."""
 
     name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
-    parameters_billions = models.FloatField(validators=[positive])
-    bytes_per_parameter = models.FloatField(
-        default=2.0, validators=[positive], help_text="2 for bf16, 1 for 8-bit, 0.5 for 4-bit."
+    parameters_billions = models.FloatField(
+        validators=PARAMETERS_BILLIONS.validators,
+        help_text=PARAMETERS_BILLIONS.help("Parameters, billions."),
     )
-    layers = models.PositiveIntegerField(validators=[MinValueValidator(1)])
-    kv_heads = models.PositiveIntegerField(validators=[MinValueValidator(1)])
-    head_dim = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    bytes_per_parameter = models.FloatField(
+        default=2.0,
+        validators=BYTES_PER_ELEMENT.validators,
+        help_text=BYTES_PER_ELEMENT.help("2 for bf16, 1 for 8-bit, 0.5 for 4-bit."),
+    )
+    layers = models.PositiveIntegerField(
+        validators=LAYERS.validators, help_text=LAYERS.help("Transformer layers.")
+    )
+    kv_heads = models.PositiveIntegerField(
+        validators=HEADS.validators, help_text=HEADS.help("Key/value heads per layer.")
+    )
+    head_dim = models.PositiveIntegerField(
+        validators=HEAD_DIM.validators, help_text=HEAD_DIM.help("Width of one head.")
+    )
     kv_bytes_per_element = models.FloatField(
-        default=2.0, validators=[positive], help_text="2 for a bf16 KV cache, 1 for fp8."
+        default=2.0,
+        validators=BYTES_PER_ELEMENT.validators,
+        help_text=BYTES_PER_ELEMENT.help("2 for a bf16 KV cache, 1 for fp8."),
     )
     # The rest of the architecture, which the engine benchmark builds the model from (random
     # weights of these dimensions). Optional: weight and KV memory need only the fields above.
     hidden_size = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Model width."
+        null=True, blank=True, validators=WIDTH.validators, help_text=WIDTH.help("Model width.")
     )
     intermediate_size = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1)], help_text="MLP width."
+        null=True,
+        blank=True,
+        validators=INTERMEDIATE_WIDTH.validators,
+        help_text=INTERMEDIATE_WIDTH.help("MLP width."),
     )
     attention_heads = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Query heads."
+        null=True, blank=True, validators=HEADS.validators, help_text=HEADS.help("Query heads.")
     )
     vocab_size = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Tokens."
+        null=True,
+        blank=True,
+        validators=VOCABULARY.validators,
+        help_text=VOCABULARY.help("Vocabulary size."),
     )
     history = HistoricalRecords()
 
@@ -299,17 +364,24 @@ class ReplicaShape(models.Model):
     accelerator = models.ForeignKey(
         AcceleratorType, on_delete=models.PROTECT, related_name="shapes"
     )
-    gpus_per_replica = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    gpus_per_replica = models.PositiveIntegerField(
+        validators=GPUS_PER_REPLICA.validators,
+        help_text=GPUS_PER_REPLICA.help("GPUs one replica spans (tensor parallel)."),
+    )
     runtime_reserve_gb_per_gpu = models.FloatField(
         default=6.0,
-        validators=[non_negative],
-        help_text="Memory per GPU held by the runtime and activations, decimal GB.",
+        validators=RUNTIME_RESERVE_GB.validators,
+        help_text=RUNTIME_RESERVE_GB.help(
+            "Memory per GPU held by the runtime and activations, decimal GB."
+        ),
     )
     target_utilization = models.FloatField(
         null=True,
         blank=True,
-        validators=[fraction_open_closed],
-        help_text="Planning utilisation for this shape; empty = the fleet default.",
+        validators=UTILIZATION_TARGET.validators,
+        help_text=UTILIZATION_TARGET.help(
+            "Planning utilisation for this shape; empty = the fleet default."
+        ),
     )
     runtime_version = models.CharField(max_length=64, blank=True)
     container_image = models.CharField(
@@ -333,8 +405,8 @@ class ReplicaShape(models.Model):
     max_model_len = models.PositiveIntegerField(
         null=True,
         blank=True,
-        validators=[MinValueValidator(1)],
-        help_text=(
+        validators=TOKENS_PER_REQUEST.validators,
+        help_text=TOKENS_PER_REQUEST.help(
             "vLLM's --max-model-len: prompt + output tokens of one sequence; empty = the "
             "model's own. At most what the KV pool holds."
         ),
@@ -481,14 +553,23 @@ class CapacityFigure(models.Model):
         blank=True,
         related_name="figures",
     )
-    prefill_tokens_per_s = models.FloatField(validators=[positive])
-    decode_tokens_per_s = models.FloatField(validators=[positive])
-    max_concurrency = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    prefill_tokens_per_s = models.FloatField(
+        validators=TOKENS_PER_S.validators,
+        help_text=TOKENS_PER_S.help("Prompt tokens one replica processes per second."),
+    )
+    decode_tokens_per_s = models.FloatField(
+        validators=TOKENS_PER_S.validators,
+        help_text=TOKENS_PER_S.help("Output tokens one replica generates per second."),
+    )
+    max_concurrency = models.PositiveIntegerField(
+        validators=CONCURRENCY.validators,
+        help_text=CONCURRENCY.help("Sequences one replica holds at once."),
+    )
     knee_requests_per_s = models.FloatField(
         null=True,
         blank=True,
-        validators=[positive],
-        help_text="Highest open-loop rate whose p95 TTFT met the target.",
+        validators=KNEE_REQUESTS_PER_S.validators,
+        help_text=KNEE_REQUESTS_PER_S.help("Highest open-loop rate whose p95 TTFT met the target."),
     )
     measured_at = models.DateTimeField(default=timezone.now)
     source = models.CharField(max_length=32, choices=Source.choices, default=Source.MANUAL)

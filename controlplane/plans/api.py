@@ -1,7 +1,9 @@
 """Plans over the API: read plans and re-plan runs; trigger a re-plan; approve or reject a plan.
 
 Reads need any role (``policy-admin``, ``finance``, ``viewer``); triggering, approving and
-rejecting need ``policy-admin``. Each action validates its (empty) body and calls one
+rejecting need ``policy-admin``. A tenant key reads plans as its tenant sees them (only its
+routing rows, the allocations that serve them and its unserved load); re-plan runs, triggering
+and deciding are refused to it. Each action validates its (empty) body and calls one
 service; the error contract is ``controlplane.api.errors``.
 """
 
@@ -20,12 +22,14 @@ from rest_framework.serializers import BaseSerializer
 
 from controlplane.core.api import ReadOnlyViewSet
 from controlplane.core.filters import StrictFilterSet
+from controlplane.core.tenancy import TENANT_FLEET
 from controlplane.plans import selectors, services
 from controlplane.plans.models import Plan, ReplanRun
 from controlplane.plans.serializers import (
     PlanDecisionSerializer,
     PlanDetailSerializer,
     PlanSerializer,
+    PlanTenantDetailSerializer,
     ReplanRequestSerializer,
     ReplanRunSerializer,
 )
@@ -55,10 +59,13 @@ class PlanViewSet(ReadOnlyViewSet):
 
     filterset_class = PlanFilter
     ordering_fields = ("version", "created_at", "cost_per_hour", "unserved_requests_per_s")
+    # A key reads every plan, each cut down to its own tenant (``_detail``); it decides none.
+    tenant_access = TENANT_FLEET
 
     def get_queryset(self) -> QuerySet[Plan]:
         if self.action == "list":
-            return selectors.plan_list()
+            # The list shows no document of a plan (its stale figures are counted).
+            return selectors.plan_list().defer(*selectors.PLAN_DOCUMENTS)
         return selectors.plan_detail_queryset()
 
     def get_serializer_class(self) -> type[BaseSerializer[Any]]:
@@ -66,7 +73,24 @@ class PlanViewSet(ReadOnlyViewSet):
             return PlanSerializer
         if self.action == "replan":
             return ReplanRunSerializer
+        if self.tenant_principal is not None:
+            return PlanTenantDetailSerializer
         return PlanDetailSerializer
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = super().get_serializer_context()
+        principal = self.tenant_principal
+        if principal is not None:
+            context["tenant"] = principal.tenant_name
+        return context
+
+    def _detail(self, plan: Plan) -> dict[str, Any]:
+        """One plan in full, or as the key's tenant sees it."""
+        if self.tenant_principal is not None:
+            return dict(
+                PlanTenantDetailSerializer(plan, context=self.get_serializer_context()).data
+            )
+        return dict(PlanDetailSerializer(plan).data)
 
     @extend_schema(
         summary="The active plan",
@@ -81,7 +105,7 @@ class PlanViewSet(ReadOnlyViewSet):
         plan = selectors.plan_detail_queryset().filter(state=Plan.State.ACTIVE).first()
         if plan is None:
             raise exceptions.NotFound("No plan is active yet: run a re-plan.")
-        return Response(PlanDetailSerializer(plan).data)
+        return Response(self._detail(plan))
 
     @extend_schema(
         summary="Re-plan now",

@@ -27,6 +27,7 @@ from controlplane.fleet.models import (
 from controlplane.fleet.selectors import planning_figures, planning_target_utilization
 from controlplane.policies.models import Tier, WorkloadProfile
 from planner.capacity import workload
+from planner.errors import PlannerInputError
 from planner.placement.problem import DEFAULT_TARGET_UTILIZATION, PROBLEM_FORMAT
 
 
@@ -212,6 +213,13 @@ def _tier_burst(
     if math.isclose(tier.target_utilization, default_target):
         return tier.burst_factor
     burst = tier.burst_factor * (default_target / tier.target_utilization)
+    if not math.isfinite(burst):
+        # Only a record stored before the bounds existed (or written around them) gets here.
+        raise PlannerInputError(
+            f"tier {tier.name}: burst_factor",
+            f"{tier.burst_factor:g} × default target {default_target:g} / target utilisation "
+            f"{tier.target_utilization:g} is not a finite number",
+        )
     if burst < 1.0:
         if tier.name not in reported:
             reported.add(tier.name)

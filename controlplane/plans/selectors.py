@@ -14,6 +14,11 @@ from controlplane.fleet.models import ReplicaShape
 from controlplane.fleet.selectors import planning_figures
 from controlplane.plans.models import Plan, ReplanRun
 
+# A plan's stored documents: hundreds of kilobytes each on a large fleet. Reads that show a
+# plan's figures, or whose derived values are memoised per plan (``core.memo``), defer them;
+# a deferred field is read on its first access.
+PLAN_DOCUMENTS = ("problem", "solution", "explanation", "diff", "binding")
+
 
 def plan_active(*, for_update: bool = False) -> Plan | None:
     """The active plan, if any. ``for_update`` locks its row until the end of the transaction."""
@@ -35,7 +40,9 @@ def plan_list() -> QuerySet[Plan]:
 
 
 def plan_detail_queryset() -> QuerySet[Plan]:
-    return plan_list().prefetch_related("allocations", "routing")
+    """Plans in full as the API shows them: everything but the solved problem (the largest
+    document, which the detail does not include)."""
+    return plan_list().prefetch_related("allocations", "routing").defer("problem")
 
 
 def replan_run_list() -> QuerySet[ReplanRun]:

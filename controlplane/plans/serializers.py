@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.core.serializers import StrictFieldsMixin
@@ -109,6 +110,40 @@ class PlanDetailSerializer(PlanSerializer):
         """Demands left (partly) unserved, requests/s in planned units."""
         rows: list[dict[str, Any]] = list((plan.solution or {}).get("unserved", []))
         return rows
+
+
+class PlanTenantDetailSerializer(PlanSerializer):
+    """One plan as a tenant key sees it (``context["tenant"]`` names the tenant): its routing
+    rows, the allocations that serve them (the zones' replicas of each region's shape its load
+    is routed to), and its unserved load. The binding constraints, forecast band, diff and
+    explanation speak of every tenant and are left out."""
+
+    allocations = serializers.SerializerMethodField()
+    routing = serializers.SerializerMethodField()
+    unserved = serializers.SerializerMethodField()
+
+    class Meta(PlanSerializer.Meta):
+        fields = (*_PLAN_SUMMARY_FIELDS, "allocations", "routing", "unserved")
+        read_only_fields = fields
+
+    def _routing(self, plan: Plan) -> list[PlanRouting]:
+        tenant = self.context["tenant"]
+        return [row for row in plan.routing.all() if row.tenant == tenant]
+
+    @extend_schema_field(PlanRoutingSerializer(many=True))
+    def get_routing(self, plan: Plan) -> list[dict[str, Any]]:
+        return list(PlanRoutingSerializer(self._routing(plan), many=True).data)
+
+    @extend_schema_field(PlanAllocationSerializer(many=True))
+    def get_allocations(self, plan: Plan) -> list[dict[str, Any]]:
+        pools = {(row.region, row.shape) for row in self._routing(plan)}
+        rows = [row for row in plan.allocations.all() if (row.region, row.shape) in pools]
+        return list(PlanAllocationSerializer(rows, many=True).data)
+
+    def get_unserved(self, plan: Plan) -> list[dict[str, Any]]:
+        tenant = self.context["tenant"]
+        rows = (plan.solution or {}).get("unserved", [])
+        return [dict(row) for row in rows if row.get("tenant") == tenant]
 
 
 class ReplanRunSerializer(serializers.ModelSerializer[ReplanRun]):

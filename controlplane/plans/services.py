@@ -64,6 +64,7 @@ from controlplane.plans.signals import plan_activated
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry.models import DriftAlert
 from planner import placement
+from planner.errors import PlannerInputError
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,13 @@ REPLAN_TASK = "headroom.plans.replan"
 OPEN_STATUSES = (ReplanRun.Status.QUEUED, ReplanRun.Status.RUNNING)
 # How often a run waiting for the lock tries again, seconds.
 LOCK_POLL_S = 0.5
+# How the error of a run that failed for a stated reason begins: no demand, a problem the
+# planner finds invalid, or inputs the planner refuses (naming the field). Any other failure
+# is unexpected: it is logged with its traceback and recorded as "<exception type>: ...".
+NOTHING_TO_PLAN = "Nothing to plan:"
+PROBLEM_INVALID = "The placement problem is invalid:"
+INPUTS_REFUSED = "The planning inputs are outside what the planner can use:"
+STATED_FAILURES = (NOTHING_TO_PLAN, PROBLEM_INVALID, INPUTS_REFUSED)
 
 
 class LockLost(Exception):
@@ -224,6 +232,11 @@ def replan_execute(*, run_id: int, wait_s: float = 0.0) -> ReplanRun | None:
         return run
     try:
         _replan(run=run, holder=holder, settings=settings)
+    except PlannerInputError as exc:
+        # A figure the planner refuses (it names the field): a stated reason, not a crash.
+        logger.warning("re-plan run %s refused its inputs: %s", run.pk, exc)
+        _finish(run_id=run.pk, status=ReplanRun.Status.FAILED, error=f"{INPUTS_REFUSED} {exc}")
+        lock.lock_release(holder=holder)
     except Exception as exc:
         logger.exception("re-plan run %s failed", run.pk)
         _finish(run_id=run.pk, status=ReplanRun.Status.FAILED, error=f"{type(exc).__name__}: {exc}")
@@ -321,7 +334,7 @@ def _replan(*, run: ReplanRun, holder: str, settings: ReplanSettings) -> None:
             _finish(
                 run_id=run.pk,
                 status=ReplanRun.Status.FAILED,
-                error=f"The placement problem is invalid: {solution.get('message', '?')}",
+                error=f"{PROBLEM_INVALID} {solution.get('message', '?')}",
                 plan=plan,
             )
         else:
@@ -331,7 +344,7 @@ def _replan(*, run: ReplanRun, holder: str, settings: ReplanSettings) -> None:
 def nothing_to_plan(inputs: ReplanInputs) -> str:
     """Why a problem without demands makes no plan, with the export's warnings."""
     text = (
-        "Nothing to plan: no tenant has a workload profile for a model with a measured shape, "
+        f"{NOTHING_TO_PLAN} no tenant has a workload profile for a model with a measured shape, "
         "so there is no demand to size; no plan was made. Load a scenario or add profiles."
     )
     if inputs.warnings:

@@ -16,12 +16,11 @@ from django.contrib import admin
 from django.db.models import Count, ManyToManyField, Model, QuerySet
 from django.forms import BaseInlineFormSet, ModelForm
 from django.http import HttpRequest, HttpResponse
-from simple_history.admin import SimpleHistoryAdmin
 from simple_history.models import DeletedObject
 from simple_history.template_utils import HistoricalRecordContextHelper
 from simple_history.utils import get_m2m_reverse_field_name
 
-from controlplane.core.admin import RevisionCheckedForm, RevisionedAdmin, reverting
+from controlplane.core.admin import HistoryAdmin, RevisionCheckedForm, RevisionedAdmin, reverting
 from controlplane.fleet.admin_forms import HUMAN_LABELS, HumanFieldsMixin
 from controlplane.fleet.models import Region
 from controlplane.policies.forms import TenantAdminForm
@@ -116,7 +115,7 @@ class PolicyHistoryMixin(HumanFieldsMixin):
         return HistoryContextHelper(self.model, historical_record)  # type: ignore[attr-defined]
 
 
-class PolicyHistoryAdmin(PolicyHistoryMixin, SimpleHistoryAdmin):
+class PolicyHistoryAdmin(PolicyHistoryMixin, HistoryAdmin):
     """A policy record's admin with its audit history."""
 
 

@@ -12,16 +12,31 @@ from simple_history.models import HistoricalRecords
 
 from controlplane.core.records import Revisioned
 from controlplane.core.validators import (
+    RTT_MS,
+    SHARE,
+    TOKENS_PER_REQUEST,
+    UTILIZATION_TARGET,
+    Bounds,
     at_least_one,
     fraction_closed,
-    fraction_open_closed,
-    non_negative,
-    positive,
     quantile_open,
     slug_validator,
 )
 from controlplane.fleet.models import Geography, LlmModel, Region, WorkloadClass
 from planner.placement.problem import DEFAULT_TARGET_UTILIZATION
+
+# The ranges of the policy figures (``core.validators.Bounds``); the help texts quote them.
+TTFT_SLO_S = Bounds(0.01, 600, "s")  # 10 ms to 10 minutes
+TIER_PRIORITY = Bounds(0, 1000)
+BURST_FACTOR = Bounds(1, 10)
+FORECAST_QUANTILE = Bounds(0.05, 0.999)
+FAIR_SHARE_WEIGHT = Bounds(0.01, 1000)
+BUDGET_RATE = Bounds(0.01, 100_000, "replica-seconds per second")  # up to a whole fleet
+BUDGET_BURST = Bounds(0.01, 10_000_000_000, "replica-seconds")  # a day of a whole fleet
+TOKENS_PER_MINUTE = Bounds(1, 1_000_000_000_000, "tokens per minute")
+PROFILE_VERSION = Bounds(1, 1_000_000_000)
+PEAK_REQUESTS_PER_S = Bounds(0, 100_000, "requests per second")
+RESIDENCE_S = Bounds(0.001, 3600, "s")
 
 
 class Tier(Revisioned):
@@ -32,22 +47,35 @@ class Tier(Revisioned):
 
     name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
     p95_ttft_slo_s = models.FloatField(
-        validators=[positive], help_text="p95 time to first token, seconds."
+        validators=TTFT_SLO_S.validators,
+        help_text=TTFT_SLO_S.help("p95 time to first token, seconds."),
     )
     failure_promise = models.CharField(max_length=8, choices=Promise.choices, default=Promise.NONE)
     priority = models.PositiveIntegerField(
-        default=0, help_text="0 is most important; lower numbers are served first in shortage."
+        default=0,
+        validators=TIER_PRIORITY.validators,
+        help_text=TIER_PRIORITY.help(
+            "0 is most important; lower numbers are served first in shortage."
+        ),
     )
     target_utilization = models.FloatField(
-        default=DEFAULT_TARGET_UTILIZATION, validators=[fraction_open_closed]
+        default=DEFAULT_TARGET_UTILIZATION,
+        validators=UTILIZATION_TARGET.validators,
+        help_text=UTILIZATION_TARGET.help(
+            "Share of a replica this tier's load may fill; 1 = no headroom."
+        ),
     )
-    burst_factor = models.FloatField(default=1.0, validators=[at_least_one])
+    burst_factor = models.FloatField(
+        default=1.0,
+        validators=BURST_FACTOR.validators,
+        help_text=BURST_FACTOR.help("Planned rate = peak rate × this (1 = no burst allowance)."),
+    )
     forecast_quantile = models.FloatField(
         default=0.9,
-        validators=[quantile_open],
-        help_text=(
-            "Quantile of the demand forecast's band that re-planning sizes this tier for, in "
-            "(0, 1); premium tiers higher (0.99), best-effort ones lower."
+        validators=FORECAST_QUANTILE.validators,
+        help_text=FORECAST_QUANTILE.help(
+            "Quantile of the demand forecast's band that re-planning sizes this tier for; "
+            "premium tiers higher (0.99), best-effort ones lower."
         ),
     )
     history = HistoricalRecords()
@@ -84,10 +112,14 @@ class Tenant(Revisioned):
     max_spill_rtt_ms = models.FloatField(
         null=True,
         blank=True,
-        validators=[non_negative],
-        help_text="Largest round trip from the home region that spill may add.",
+        validators=RTT_MS.validators,
+        help_text=RTT_MS.help("Largest round trip from the home region that spill may add."),
     )
-    fair_share_weight = models.FloatField(default=1.0, validators=[positive])
+    fair_share_weight = models.FloatField(
+        default=1.0,
+        validators=FAIR_SHARE_WEIGHT.validators,
+        help_text=FAIR_SHARE_WEIGHT.help("Share of a shortage's capacity, relative to others."),
+    )
     history = HistoricalRecords(m2m_fields=[residency_regions])
 
     class Meta:
@@ -179,17 +211,24 @@ class TenantQuota(Revisioned):
 
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="quota")
     budget_rate_replica_s_per_s = models.FloatField(
-        validators=[positive],
-        help_text="Refill rate of the budget, replica-seconds per second.",
+        validators=BUDGET_RATE.validators,
+        help_text=BUDGET_RATE.help("Refill rate of the budget, replica-seconds per second."),
     )
     budget_burst_replica_s = models.FloatField(
-        validators=[positive], help_text="Bucket size, replica-seconds."
+        validators=BUDGET_BURST.validators,
+        help_text=BUDGET_BURST.help("Bucket size, replica-seconds."),
     )
     tokens_per_minute_limit = models.PositiveBigIntegerField(
-        null=True, blank=True, help_text="Sustained tokens per minute (input + output)."
+        null=True,
+        blank=True,
+        validators=TOKENS_PER_MINUTE.validators,
+        help_text=TOKENS_PER_MINUTE.help("Sustained tokens per minute (input + output)."),
     )
     tokens_per_minute_burst = models.PositiveBigIntegerField(
-        null=True, blank=True, help_text="Short-term ceiling, tokens per minute."
+        null=True,
+        blank=True,
+        validators=TOKENS_PER_MINUTE.validators,
+        help_text=TOKENS_PER_MINUTE.help("Short-term ceiling, tokens per minute."),
     )
     history = HistoricalRecords()
 
@@ -247,6 +286,16 @@ PROFILE_FIGURES = (
 )
 
 
+def _tokens(text: str, *, optional: bool = False) -> models.FloatField[float | None, float]:
+    """A token-length figure of a workload profile, within ``TOKENS_PER_REQUEST``."""
+    return models.FloatField(
+        null=optional,
+        blank=optional,
+        validators=TOKENS_PER_REQUEST.validators,
+        help_text=TOKENS_PER_REQUEST.help(text),
+    )
+
+
 class WorkloadProfile(models.Model):
     """What a tenant sends to one model in one class, as distributions (not averages).
 
@@ -271,23 +320,31 @@ class WorkloadProfile(models.Model):
         related_name="+",
         help_text="Where this traffic originates; empty = the tenant's home region.",
     )
-    version = models.PositiveIntegerField(default=1)
+    version = models.PositiveIntegerField(
+        default=1, validators=PROFILE_VERSION.validators, help_text=PROFILE_VERSION.help()
+    )
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.DECLARED)
     peak_requests_per_s = models.FloatField(
-        validators=[non_negative],
-        help_text="Rate at peak: the busiest minute (telemetry: HEADROOM_TELEMETRY_PEAK_S).",
+        validators=PEAK_REQUESTS_PER_S.validators,
+        help_text=PEAK_REQUESTS_PER_S.help(
+            "Rate at peak: the busiest minute (telemetry: HEADROOM_TELEMETRY_PEAK_S)."
+        ),
     )
-    prompt_tokens_p50 = models.FloatField(validators=[positive])
-    prompt_tokens_mean = models.FloatField(validators=[positive])
-    prompt_tokens_p90 = models.FloatField(null=True, blank=True, validators=[positive])
-    prompt_tokens_p95 = models.FloatField(validators=[positive])
-    prompt_tokens_p99 = models.FloatField(validators=[positive])
-    output_tokens_p50 = models.FloatField(validators=[positive])
-    output_tokens_mean = models.FloatField(validators=[positive])
-    output_tokens_p90 = models.FloatField(null=True, blank=True, validators=[positive])
-    output_tokens_p95 = models.FloatField(validators=[positive])
-    output_tokens_p99 = models.FloatField(validators=[positive])
-    prefix_cache_hit_rate = models.FloatField(default=0.0, validators=[fraction_closed])
+    prompt_tokens_p50 = _tokens("Prompt tokens per request, median.")
+    prompt_tokens_mean = _tokens("Prompt tokens per request, mean.")
+    prompt_tokens_p90 = _tokens("Prompt tokens per request, p90.", optional=True)
+    prompt_tokens_p95 = _tokens("Prompt tokens per request, p95.")
+    prompt_tokens_p99 = _tokens("Prompt tokens per request, p99.")
+    output_tokens_p50 = _tokens("Output tokens per request, median.")
+    output_tokens_mean = _tokens("Output tokens per request, mean.")
+    output_tokens_p90 = _tokens("Output tokens per request, p90.", optional=True)
+    output_tokens_p95 = _tokens("Output tokens per request, p95.")
+    output_tokens_p99 = _tokens("Output tokens per request, p99.")
+    prefix_cache_hit_rate = models.FloatField(
+        default=0.0,
+        validators=SHARE.validators,
+        help_text=SHARE.help("Share of prompt tokens served from the prefix cache."),
+    )
     censored = models.JSONField(
         default=list,
         blank=True,
@@ -309,8 +366,8 @@ class WorkloadProfile(models.Model):
     residence_s = models.FloatField(
         null=True,
         blank=True,
-        validators=[positive],
-        help_text="Mean time a request stays in the model stage, seconds.",
+        validators=RESIDENCE_S.validators,
+        help_text=RESIDENCE_S.help("Mean time a request stays in the model stage, seconds."),
     )
     created_at = models.DateTimeField(auto_now_add=True)
     history = HistoricalRecords()

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from django.db import transaction
 
+from controlplane.core.records import record_unchanged
 from controlplane.fleet.models import Region
 from controlplane.policies.models import Tenant, validate_residency_regions
 
@@ -21,7 +22,8 @@ def tenant_save(*, tenant: Tenant, residency_regions: Sequence[Region] | None = 
 
     History: an update writes one row holding every change, regions included. A new tenant
     writes its "created" row and, when it has regions, one "changed" row that adds them,
-    because the rows linking it to regions can only exist after it does.
+    because the rows linking it to regions can only exist after it does. An update that
+    changes neither a field nor the region list saves nothing (no revision, no history row).
     """
     with transaction.atomic():
         tenant.full_clean()
@@ -41,6 +43,9 @@ def tenant_save(*, tenant: Tenant, residency_regions: Sequence[Region] | None = 
             if regions:
                 tenant.residency_regions.set(regions)
         else:
+            current = {region.pk for region in tenant.residency_regions.all()}
+            if {region.pk for region in regions} == current and record_unchanged(tenant):
+                return tenant
             if residency_regions is not None:
                 # Change the list without a history row of its own: the save below writes
                 # one row that records the new list with the other changes.

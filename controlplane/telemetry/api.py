@@ -4,7 +4,9 @@ Under ``/api/telemetry/``: ``pulls/``, ``derivations/``, ``observations/``, ``pr
 (workload profiles measured from telemetry), ``series/`` (with ``{id}/samples/``) and
 ``alerts/`` (with ``{id}/acknowledge/``) and ``pool-alerts/`` (each pool's drift with its
 price). Any role reads; acknowledging needs
-``policy-admin``. Lists are paginated (``limit``/``offset``) and filter on the fields named in
+``policy-admin``. A tenant key reads its own tenant's observations, profiles, series and
+drift alerts (and acknowledges its alerts); pulls, derivations and pool alerts span tenants
+and are refused to it. Lists are paginated (``limit``/``offset``) and filter on the fields named in
 each view's ``filterset_fields``.
 """
 
@@ -21,6 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.core.api import ReadOnlyViewSet
+from controlplane.core.tenancy import TENANT_OWN, request_principal
 from controlplane.policies.models import PROFILE_FIGURES, WorkloadProfile
 from controlplane.telemetry import drift
 from controlplane.telemetry.models import (
@@ -137,6 +140,15 @@ class TelemetryProfileSerializer(serializers.ModelSerializer[WorkloadProfile]):
 
     def get_lower_bounds(self, profile: WorkloadProfile) -> dict[str, str]:
         return {name: f"≥ {getattr(profile, name):,.0f}" for name in profile.censored}
+
+    def to_representation(self, instance: WorkloadProfile) -> dict[str, Any]:
+        data = dict(super().to_representation(instance))
+        principal = request_principal(self.context.get("request"))
+        if principal is not None:
+            # A pooled profile stands for several tenants; a key learns only that its own
+            # tenant is among them, not who the others are.
+            data["pool_tenants"] = [n for n in data["pool_tenants"] if n == principal.tenant_name]
+        return data
 
     class Meta:
         model = WorkloadProfile
@@ -301,6 +313,8 @@ class ProfileDerivationViewSet(TelemetryReadViewSet):
 
 
 class ObservedWorkloadViewSet(TelemetryReadViewSet):
+    tenant_access = TENANT_OWN
+    tenant_lookup = "tenant"
     queryset = ObservedWorkload.objects.all()
     serializer_class = ObservedWorkloadSerializer
     filterset_fields = ["derivation", "tenant", "model", "region", "workload_class"]
@@ -309,6 +323,9 @@ class ObservedWorkloadViewSet(TelemetryReadViewSet):
 
 class TelemetryProfileViewSet(TelemetryReadViewSet):
     """Workload profile versions measured from telemetry (every version, newest first)."""
+
+    tenant_access = TENANT_OWN
+    tenant_lookup = "tenant__name"
 
     queryset = (
         WorkloadProfile.objects.filter(source=WorkloadProfile.Source.TELEMETRY)
@@ -326,6 +343,8 @@ class TelemetryProfileViewSet(TelemetryReadViewSet):
 
 
 class TelemetrySeriesViewSet(TelemetryReadViewSet):
+    tenant_access = TENANT_OWN
+    tenant_lookup = "tenant"
     queryset = TelemetrySeries.objects.all()
     serializer_class = TelemetrySeriesSerializer
     filterset_fields = ["tenant", "model", "region", "workload_class", "metric", "le", "bucket_s"]
@@ -363,6 +382,9 @@ class TelemetrySeriesViewSet(TelemetryReadViewSet):
 
 
 class DriftAlertViewSet(TelemetryReadViewSet):
+    tenant_access = TENANT_OWN
+    tenant_lookup = "tenant__name"
+    tenant_writes = frozenset({"acknowledge"})
     queryset = DriftAlert.objects.select_related(
         "tenant", "model", "region", "workload_class", "shape", "acknowledged_by"
     )

@@ -17,10 +17,12 @@ from django.db.models import Count, Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
+from controlplane.core.memo import RowMemo
 from controlplane.finance import services as finance
 from controlplane.fleet.models import Region, ReplicaShape
 from controlplane.fleet.selectors import planning_figures
 from controlplane.plans.models import Plan, PlanDecision, ReplanRun
+from controlplane.plans.selectors import PLAN_DOCUMENTS
 from controlplane.plans.whatif import unserved_reasons
 from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
 from controlplane.telemetry.models import (
@@ -149,15 +151,22 @@ def _zone_rows(plan: Plan) -> dict[str, list[ZoneRow]]:
     return out
 
 
-def plan_regions(
-    plan: Plan, freshness: Mapping[str, FigureFreshness]
-) -> tuple[list[RegionView], str]:
-    """The plan per region: zone × shape rows and pool loads. The second value is a sentence
-    when the stored problem cannot be read back for pool loads (the rows still show)."""
+@dataclass(frozen=True)
+class _PlanPools:
+    geographies: dict[str, str]
+    pools: list[PoolLoad]
+    error: str
+
+
+# What the pages derive from a plan's stored documents, which never change once stored: read
+# and computed once per process and plan (the pool loads of a large fleet take tens of ms).
+_PLAN_DERIVED: RowMemo[Any] = RowMemo(size=32)
+
+
+def _plan_pools(plan: Plan) -> _PlanPools:
     geographies = {
         r["name"]: str(r.get("geo", "")) for r in (plan.problem or {}).get("regions", [])
     }
-    zones = _zone_rows(plan)
     error = ""
     pools: list[PoolLoad] = []
     if plan.solver_status != Plan.SolverStatus.INVALID:
@@ -165,6 +174,19 @@ def plan_regions(
             pools = pool_loads(plan.problem, plan.solution)
         except PlannerInputError as exc:
             error = f"Pool loads are not available for this plan: {exc}"
+    return _PlanPools(geographies=geographies, pools=pools, error=error)
+
+
+def plan_regions(
+    plan: Plan, freshness: Mapping[str, FigureFreshness]
+) -> tuple[list[RegionView], str]:
+    """The plan per region: zone × shape rows and pool loads. The second value is a sentence
+    when the stored problem cannot be read back for pool loads (the rows still show)."""
+    derived: _PlanPools = _PLAN_DERIVED.get(
+        plan.pk, plan.created_at, lambda: _plan_pools(plan), "pools"
+    )
+    geographies, pools, error = derived.geographies, derived.pools, derived.error
+    zones = _zone_rows(plan)
     views: dict[str, RegionView] = {}
     for name in sorted(set(zones) | {p.region for p in pools}):
         views[name] = RegionView(name=name, geography=geographies.get(name, ""))
@@ -215,7 +237,12 @@ def _jobs() -> list[JobStatus]:
                 "raised" + (f"; {derivation.error}" if derivation.error else ""),
             )
         )
-    run = ReplanRun.objects.select_related("plan").order_by("-created_at", "-pk").first()
+    run = (
+        ReplanRun.objects.select_related("plan")
+        .defer(*(f"plan__{name}" for name in PLAN_DOCUMENTS))
+        .order_by("-created_at", "-pk")
+        .first()
+    )
     if run is None:
         jobs.append(JobStatus("Last re-plan", "none", "never run", None, ""))
     else:
@@ -240,6 +267,7 @@ def fleet_overview() -> FleetOverview:
         Plan.objects.filter(state=Plan.State.ACTIVE)
         .select_related("approved_by")
         .prefetch_related("allocations")
+        .defer(*PLAN_DOCUMENTS)
         .first()
     )
     regions: list[RegionView] = []
@@ -355,6 +383,13 @@ def _planned(problem: Mapping[str, Any]) -> dict[str, tuple[str, float, int]]:
 
 def plan_routing(plan: Plan) -> list[TenantRouting]:
     """Per tenant, where its planned traffic goes, from the stored solution."""
+    routing: list[TenantRouting] = _PLAN_DERIVED.get(
+        plan.pk, plan.created_at, lambda: _plan_routing(plan), "routing"
+    )
+    return routing
+
+
+def _plan_routing(plan: Plan) -> list[TenantRouting]:
     planned = _planned(plan.problem or {})
     unserved: dict[str, float] = defaultdict(float)
     for row in (plan.solution or {}).get("unserved", []):
@@ -389,6 +424,14 @@ def plan_routing(plan: Plan) -> list[TenantRouting]:
 
 
 def plan_unserved(plan: Plan) -> list[UnservedRow]:
+    """Demands left (partly) unserved, with the reason the binding constraints give."""
+    unserved: list[UnservedRow] = _PLAN_DERIVED.get(
+        plan.pk, plan.created_at, lambda: _plan_unserved(plan), "unserved"
+    )
+    return unserved
+
+
+def _plan_unserved(plan: Plan) -> list[UnservedRow]:
     planned = _planned(plan.problem or {})
     reasons = unserved_reasons(plan.binding or [])
     out = []
@@ -540,7 +583,7 @@ def _profile_points(profiles: Iterable[WorkloadProfile], tenant: Tenant) -> list
 
 
 def tenant_page(tenant: Tenant) -> TenantPage:
-    active = Plan.objects.filter(state=Plan.State.ACTIVE).first()
+    active = Plan.objects.filter(state=Plan.State.ACTIVE).defer(*PLAN_DOCUMENTS).first()
     served: list[RoutingRow] = []
     unserved: list[UnservedRow] = []
     planned = 0.0

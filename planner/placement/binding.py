@@ -9,7 +9,6 @@ capacity, N+1, zone loss of a named zone, concurrency) and which zones' inventor
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 
 from planner.capacity._checks import ceil_count
@@ -34,10 +33,10 @@ def _replicas_for(load: float, promised: float, zonal: float, conc: float, zones
         if zones < 2:
             return 0
         survive = ceil_count(zonal)
-        # Evenly spread: N − ceil(N / zones) ≥ survive.
-        n = survive
-        while n - math.ceil(n / zones) < survive:
-            n += 1
+        # Evenly spread: N − ceil(N / zones) = floor(N (zones − 1) / zones) ≥ survive, so the
+        # fewest is N = ceil(survive × zones / (zones − 1)), in whole numbers (counting up to
+        # it would take as many steps as there are replicas: billions for a large demand).
+        n = -(-survive * zones // (zones - 1))
         need = max(need, n)
     return need
 

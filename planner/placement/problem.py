@@ -584,6 +584,53 @@ def _parse_previous(
     return tuple(out)
 
 
+def _check_products(
+    demands: Sequence[Demand],
+    shapes: Sequence[Shape],
+    regions: Sequence[Region],
+    accelerators: Sequence[Accelerator],
+) -> None:
+    """Refuse figures that are each finite but whose products are not.
+
+    The solver multiplies them: a demand's planned rate (rate × burst), its load on a shape
+    (planned rate × replica-seconds per request / target utilisation), the load of all
+    demands together, a replica's price (GPUs × price × region multiplier). ``1e200`` requests
+    per second at burst ``1e200`` is no number the solver can round up to replicas.
+    """
+    total = 0.0
+    for i, d in enumerate(demands):
+        path = f"demands[{i}]"
+        if not math.isfinite(d.planned_requests_per_s):
+            raise _fail(
+                f"{path}.burst",
+                f"requests_per_s × burst ({d.requests_per_s!r} × {d.burst!r}) is not a finite "
+                "number",
+            )
+        for s in shapes:
+            if s.model != d.model:
+                continue
+            prefill = d.prompt_tokens * (1.0 - d.prefix_cache_hit_rate)
+            cost = prefill / s.prefill_tokens_per_s + d.output_tokens / s.decode_tokens_per_s
+            load = d.planned_requests_per_s * cost / s.target_utilization
+            if not math.isfinite(load):
+                raise _fail(
+                    path,
+                    f"its load on shape {s.name!r} (planned rate × replica-seconds per request / "
+                    "target utilisation) is not a finite number",
+                )
+            total += load
+    if not math.isfinite(total):
+        raise _fail("demands", "the load of all demands together is not a finite number")
+    highest = max((r.price_multiplier for r in regions), default=1.0)
+    price = {a.name: a.price_per_gpu_hour for a in accelerators}
+    for i, s in enumerate(shapes):
+        if not math.isfinite(s.gpus * price[s.accelerator] * highest):
+            raise _fail(
+                f"shapes[{i}].gpus",
+                "GPUs × GPU price × region price multiplier is not a finite number",
+            )
+
+
 def parse_problem(data: Mapping[str, object] | object) -> Problem:
     """Validate a ``placement-problem/v1`` dict and return it as a typed, frozen ``Problem``.
 
@@ -610,6 +657,7 @@ def parse_problem(data: Mapping[str, object] | object) -> Problem:
     shapes = _parse_shapes(root, accelerator_names, util)
     rtt = _parse_rtt(root, set(region_names))
     demands = _parse_demands(root, region_names, {s.model for s in shapes})
+    _check_products(demands, shapes, regions, accelerators)
     previous = _parse_previous(root, zones, {s.name for s in shapes})
     return Problem(
         target_utilization=util,

@@ -313,6 +313,28 @@ class TestStoredOnce(FinanceTest):
         client.get("/api/finance/showback/")
         assert FinanceSnapshot.objects.count() == 1  # one snapshot serves every report
 
+    def test_a_stored_report_is_read_without_the_bulk(self, api_client_for: Any) -> None:
+        client = api_client_for(FINANCE)
+        first = client.get("/api/finance/showback/").json()
+        with CaptureQueriesContext(connection) as queries:
+            second = client.get("/api/finance/showback/").json()
+        assert second == first
+        # Neither the snapshot's arrays and pools nor the plan's documents travel: they are
+        # only needed to build a report, and this one is stored (and, in this process, its
+        # rows are already in memory).
+        sql = " ".join(q["sql"] for q in queries)
+        for column in ('"arrays"', '"loads"', '"gpu_pools"', '"problem"', '"solution"', '"rows"'):
+            assert column not in sql, column
+
+    def test_a_new_plan_version_is_not_served_from_memory(self, api_client_for: Any) -> None:
+        client = api_client_for(FINANCE)
+        before = client.get("/api/finance/forecast/").json()
+        raise_profile("assistant", 1.5)
+        after_plan = active_plan()
+        after = client.get("/api/finance/forecast/").json()
+        assert after["plan_version"] == after_plan.version != before["plan_version"]
+        assert after["rows"] != before["rows"]
+
 
 class TestHistory(FinanceTest):
     def test_provisioned_from_activation_times(self, api_client_for: Any) -> None:

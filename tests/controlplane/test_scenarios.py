@@ -455,7 +455,7 @@ BROKEN = [
     ),
     pytest.param(
         _set("tiers.0.target_utilization", 1.5),
-        "tiers[0] (gold): target_utilization: Must be greater than 0 and at most 1.",
+        "tiers[0] (gold): target_utilization: Must be at most 1.",
         id="field-validator",
     ),
     pytest.param(

@@ -24,7 +24,7 @@ FIELDS = [
     [
         (math.nan, "Must be a finite number."),
         (math.inf, "Must be a finite number."),
-        (-1.0, "Must be zero or more."),
+        (-1.0, "Must be at least 0"),
     ],
 )
 def test_non_negative_fields_refuse_nonsense(
@@ -32,7 +32,7 @@ def test_non_negative_fields_refuse_nonsense(
 ) -> None:
     with pytest.raises(ValidationError) as excinfo:
         model._meta.get_field(field).run_validators(value)
-    assert message in excinfo.value.messages
+    assert any(text.startswith(message) for text in excinfo.value.messages)
 
 
 @pytest.mark.parametrize("model, field", FIELDS)

@@ -315,6 +315,22 @@ def test_query_counts_do_not_grow_with_tenants(role_users: dict[str, User | None
     assert list(before.values()) == list(after.values()), (before, after)
 
 
+def test_pages_read_a_plans_documents_once(role_users: dict[str, User | None]) -> None:
+    load_support_assistant()
+    run_replan()
+    client = client_for(role_users[VIEWER])
+    urls = ["/", "/tenants/nordlicht-versicherung/"]
+    for url in urls:
+        assert client.get(url).status_code == 200, url
+        with CaptureQueriesContext(connection) as captured:
+            again = client.get(url)
+        assert again.status_code == 200, url
+        # The pool loads and routing derived from the stored problem and solution are kept
+        # per plan: the documents are not read again.
+        sql = " ".join(q["sql"] for q in captured)
+        assert '"problem"' not in sql and '"solution"' not in sql, url
+
+
 def test_login_without_next_lands_on_the_fleet_overview(role_users: dict[str, User | None]) -> None:
     for url in ("/login/", "/api/auth/login/"):
         response = Client().post(url, {"username": "viewer-user", "password": "pw-viewer-user"})

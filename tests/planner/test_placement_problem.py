@@ -414,3 +414,53 @@ def test_unlisted_fields_are_ignored() -> None:
     data = load("sizing-zonal")
     assert "expect_total_replicas" in data
     assert parse_problem(data).demands[0].promise == "zone"
+
+
+def _both(*mutations: Mutation) -> Mutation:
+    def mutate(d: dict[str, Any]) -> None:
+        for m in mutations:
+            m(d)
+
+    return mutate
+
+
+# Figures each finite, whose products the solver forms are not: (case, mutation, field).
+OVERFLOWING: list[tuple[str, Mutation, str]] = [
+    (
+        "rate × burst",
+        _both(_set(("demands", 0, "requests_per_s"), 1e200), _set(("demands", 0, "burst"), 1e200)),
+        "demands[0].burst",
+    ),
+    (
+        "load on a shape",
+        _both(
+            _set(("demands", 1, "prompt_tokens"), 1e300),
+            _set(("shapes", 0, "prefill_tokens_per_s"), 1e-100),
+        ),
+        "demands[1]",
+    ),
+    (
+        "all demands together",
+        # Loads of 1.49e308 and 1.61e308 replicas: each finite, their sum is not.
+        _both(
+            _set(("demands", 0, "requests_per_s"), 8e307),
+            _set(("demands", 1, "requests_per_s"), 1.5e308),
+        ),
+        "demands",
+    ),
+    ("replica price", _set(("accelerators", 0, "price_per_gpu_hour"), 1e308), "shapes[0].gpus"),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"), [pytest.param(m, f, id=case) for case, m, f in OVERFLOWING]
+)
+def test_finite_figures_whose_products_overflow_are_refused_with_the_field_named(
+    mutate: Mutation, field: str
+) -> None:
+    data = spec_example()
+    mutate(data)
+    with pytest.raises(ProblemInvalid) as info:
+        parse_problem(data)
+    assert info.value.argument == field
+    assert "not a finite number" in info.value.message
