@@ -1,9 +1,10 @@
 # Run by run_schemathesis.sh inside `manage.py shell`: one user per role, each with an API
-# token; prints "TOKEN principal token" lines.
+# token; prints "TOKEN principal token" lines, and "TENANT name" for the tenant key.
 from django.contrib.auth.models import Group, User
 from rest_framework.authtoken.models import Token
 
 from controlplane.core.roles import ROLES
+from controlplane.policies.models import Tenant
 
 for role in ROLES:
     group, _ = Group.objects.get_or_create(name=role)
@@ -13,3 +14,7 @@ for role in ROLES:
     user.groups.set([group])
     token, _ = Token.objects.get_or_create(user=user)
     print("TOKEN", role, token.key)
+
+tenant = Tenant.objects.order_by("name").first()
+if tenant is not None:
+    print("TENANT", tenant.name)

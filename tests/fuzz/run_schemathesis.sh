@@ -2,7 +2,8 @@
 # Fuzz the API against its own OpenAPI schema with schemathesis, once per principal.
 #
 # A fresh SQLite database in a temporary folder: migrated, the example scenario loaded, one
-# user per role (policy-admin, finance, viewer) with an API token. A production-like server
+# user per role (policy-admin, finance, viewer) with an API token, and a tenant key of the
+# scenario's first tenant. A production-like server
 # (DEBUG off, gunicorn, embedded tasks: no broker, so writes that enqueue work run it in
 # process) on 127.0.0.1 and a free port. Then `st run` with every phase and every check, a
 # fixed seed, once per principal; any failure fails the script.
@@ -64,8 +65,11 @@ echo "== fuzz: database and scenario (${WORK})"
 "${PY}" manage.py load_scenario "${SCENARIO}" >/dev/null
 "${PY}" manage.py collectstatic --noinput --verbosity 0
 # One user per role, each with an API token: lines "principal token".
-"${PY}" manage.py shell --no-imports -c "$(cat tests/fuzz/principals.py)" \
-    | sed -n 's/^TOKEN //p' >"${WORK}/tokens"
+"${PY}" manage.py shell --no-imports -c "$(cat tests/fuzz/principals.py)" >"${WORK}/principals"
+sed -n 's/^TOKEN //p' "${WORK}/principals" >"${WORK}/tokens"
+# A tenant-scoped API key (Authorization: Bearer) for the scenario's first tenant by name.
+TENANT=$(sed -n 's/^TENANT //p' "${WORK}/principals")
+TENANT_KEY=$("${PY}" manage.py tenant_key create --tenant "${TENANT}" --name fuzz --quiet)
 
 PORT=$("${PY}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 BASE="http://127.0.0.1:${PORT}"
@@ -110,8 +114,7 @@ start_principal() {
 while read -r principal token; do
     start_principal "${principal}" "Authorization: Token ${token}"
 done <"${WORK}/tokens"
-# The tenant-scoped API key, once tenant keys exist:
-# start_principal tenant-key "Authorization: ..."
+start_principal tenant-key "Authorization: Bearer ${TENANT_KEY}"
 
 status=0
 for i in "${!pids[@]}"; do
