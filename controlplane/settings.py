@@ -168,7 +168,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "controlplane.core.schema.HeadroomAutoSchema",
     "EXCEPTION_HANDLER": "controlplane.api.errors.exception_handler",
 }
 

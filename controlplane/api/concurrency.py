@@ -88,3 +88,20 @@ IF_MATCH_PARAMETER = OpenApiParameter(
         "changes. `*` matches any revision."
     ),
 )
+
+IF_NONE_MATCH_PARAMETER = OpenApiParameter(
+    name="If-None-Match",
+    type=OpenApiTypes.STR,
+    location=OpenApiParameter.HEADER,
+    required=False,
+    description="An ETag from an earlier GET: 304 with no body while the record is unchanged.",
+)
+
+ETAG_HEADER = OpenApiParameter(
+    name="ETag",
+    type=OpenApiTypes.STR,
+    location=OpenApiParameter.HEADER,
+    response=[200, 201, 304],
+    required=True,
+    description="The record's current revision, for If-Match on a write.",
+)

@@ -12,18 +12,19 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Model, QuerySet
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.filters import SearchFilter
-from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.parsers import FormParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api import filters, serializers
 from controlplane.api.concurrency import (
+    ETAG_HEADER,
     IF_MATCH_PARAMETER,
+    IF_NONE_MATCH_PARAMETER,
     etag_matches_weakly,
     lock_for_write,
     require_if_match,
@@ -37,7 +38,8 @@ from controlplane.core.api import (
     StableOrderingFilter,
     TenantScopeMixin,
 )
-from controlplane.core.parsers import StrictJSONParser
+from controlplane.core.filters import StrictFilterBackend
+from controlplane.core.parsers import StrictJSONParser, StrictMultiPartParser
 from controlplane.core.roles import POLICY_ADMIN, ROLES, RolePermission
 from controlplane.core.tenancy import TENANT_FLEET, TENANT_OWN
 from controlplane.fleet.models import (
@@ -64,8 +66,8 @@ class RecordViewSet(QueryGuardMixin, TenantScopeMixin, viewsets.ModelViewSet[Any
     permission_classes = [RolePermission]
     read_roles = frozenset(ROLES)
     write_roles = frozenset({POLICY_ADMIN})
-    parser_classes = [StrictJSONParser, FormParser, MultiPartParser]
-    filter_backends = [DjangoFilterBackend, StableOrderingFilter, SearchFilter]
+    parser_classes = [StrictJSONParser, FormParser, StrictMultiPartParser]
+    filter_backends = [StrictFilterBackend, StableOrderingFilter, SearchFilter]
     pagination_class = RecordPagination
     lookup_value_regex = ID_PATTERN
     search_fields: tuple[str, ...] = ("name",)
@@ -115,6 +117,7 @@ class RevisionedRecordViewSet(RecordViewSet):
     same transaction, so of two writers holding the same ETag exactly one wins.
     """
 
+    @extend_schema(parameters=[IF_NONE_MATCH_PARAMETER, ETAG_HEADER])
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         instance = self.get_object()
         etag = instance.etag
@@ -123,18 +126,19 @@ class RevisionedRecordViewSet(RecordViewSet):
             return Response(status=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag})
         return Response(self.get_serializer(instance).data, headers={"ETag": etag})
 
+    @extend_schema(parameters=[ETAG_HEADER])
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         response = super().create(request, *args, **kwargs)
         return _with_etag(response)
 
-    @extend_schema(parameters=[IF_MATCH_PARAMETER])
+    @extend_schema(parameters=[IF_MATCH_PARAMETER, ETAG_HEADER])
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         with transaction.atomic():
             self._lock_and_check(request)
             response = super().update(request, *args, **kwargs)
         return _with_etag(response)
 
-    @extend_schema(parameters=[IF_MATCH_PARAMETER])
+    @extend_schema(parameters=[IF_MATCH_PARAMETER, ETAG_HEADER])
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         kwargs["partial"] = True
         return self.update(request, *args, **kwargs)

@@ -14,17 +14,18 @@ from typing import Any, ClassVar
 
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import QuerySet
-from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import exceptions, generics, viewsets
 from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.parsers import FormParser
 from rest_framework.relations import ManyRelatedField, RelatedField
 from rest_framework.request import Request
 from rest_framework.serializers import BaseSerializer, ListSerializer
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from controlplane.core.parsers import StrictJSONParser
+from controlplane.core.filters import StrictFilterBackend
+from controlplane.core.parsers import StrictJSONParser, StrictMultiPartParser
 from controlplane.core.roles import POLICY_ADMIN, ROLES, RolePermission
 from controlplane.core.tenancy import TENANT_OWN, TenantPrincipal, request_principal
 
@@ -34,10 +35,50 @@ ID_PATTERN = "[0-9]{1,18}"
 
 
 class RecordPagination(LimitOffsetPagination):
-    """``?limit=&offset=``; the page size is ``PAGE_SIZE`` unless ``limit`` asks otherwise."""
+    """``?limit=&offset=``; the page size is ``PAGE_SIZE`` unless ``limit`` asks otherwise.
+
+    Both are whole numbers in their bounds, or the request is a 400 naming the parameter
+    (DRF alone would serve the default page for ``?limit=abc`` and clamp ``?limit=5000``).
+    """
 
     # Bounds one response (and keeps LIMIT inside the database's integer range).
     max_limit = 1000
+    # An offset past the end is an empty page; past this it is read as this (any table's end
+    # lies before it, and LIMIT/OFFSET stay inside the database's bigint).
+    max_offset = 10**15
+
+    def get_limit(self, request: Request) -> int | None:
+        if self.limit_query_param not in request.query_params:
+            return self.default_limit
+        return _whole_parameter(request, self.limit_query_param, 1, self.max_limit)
+
+    def get_offset(self, request: Request) -> int:
+        if self.offset_query_param not in request.query_params:
+            return 0
+        return min(_whole_parameter(request, self.offset_query_param, 0, None), self.max_offset)
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        bounds: dict[str, dict[str, int]] = {
+            self.limit_query_param: {"minimum": 1, "maximum": self.max_limit},
+            self.offset_query_param: {"minimum": 0},
+        }
+        parameters: list[dict[str, Any]] = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            parameter["schema"] = {**parameter["schema"], **bounds[parameter["name"]]}
+        return parameters
+
+
+def _whole_parameter(request: Request, name: str, low: int, high: int | None) -> int:
+    """The query parameter ``name`` as a whole number in ``[low, high]``, else a 400."""
+    text = request.query_params[name].strip()
+    wanted = f"A whole number from {low}" + (f" to {high}." if high is not None else " up.")
+    # Digits only (no sign, no fraction); a thousand of them is past any use.
+    if not (text.isascii() and text.isdigit()) or len(text) > 1000:
+        raise exceptions.ValidationError({name: [wanted]})
+    value = int(text)
+    if value < low or (high is not None and value > high):
+        raise exceptions.ValidationError({name: [wanted]})
+    return value
 
 
 class StableOrderingFilter(OrderingFilter):
@@ -58,9 +99,16 @@ class StableOrderingFilter(OrderingFilter):
 
 
 class QueryGuardMixin(APIView):
-    """Refuses NUL in query parameters as a 400 naming the parameter."""
+    """Refuses NUL in query parameters, and a ``?format=`` no renderer of the view writes, as a
+    400 naming the parameter (DRF alone answers an unknown format with 404 and ignores an
+    empty one)."""
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        name = api_settings.URL_FORMAT_OVERRIDE
+        if name and name in request.query_params:
+            formats = [renderer.format for renderer in self.get_renderers()]
+            if request.query_params[name] not in formats:
+                raise exceptions.ValidationError({name: [f"One of: {', '.join(formats)}."]})
         super().initial(request, *args, **kwargs)
         for key, values in request.query_params.lists():
             if "\x00" in key or any("\x00" in value for value in values):
@@ -134,7 +182,7 @@ class ReadOnlyViewSet(QueryGuardMixin, TenantScopeMixin, viewsets.ReadOnlyModelV
     permission_classes = [RolePermission]
     read_roles = frozenset(ROLES)
     write_roles = frozenset({POLICY_ADMIN})
-    parser_classes = [StrictJSONParser, FormParser, MultiPartParser]
-    filter_backends = [DjangoFilterBackend, StableOrderingFilter]
+    parser_classes = [StrictJSONParser, FormParser, StrictMultiPartParser]
+    filter_backends = [StrictFilterBackend, StableOrderingFilter]
     pagination_class = RecordPagination
     lookup_value_regex = ID_PATTERN

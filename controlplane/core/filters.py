@@ -3,7 +3,8 @@
 django-filter reads a boolean filter through Django's ``NullBooleanSelect``, which maps any
 value it does not know (``?enabled=maybe``) to "no filter", so a typo lists everything. Every
 filter set, declared or built from ``filterset_fields``, uses ``StrictFilterSet``, whose
-boolean filters accept ``true``/``false`` (and ``1``/``0``) and answer anything else with 400.
+boolean filters accept ``true``/``false`` (and ``1``/``0``) and answer anything else with 400,
+and whose filters on whole-number columns take whole numbers only.
 """
 
 from __future__ import annotations
@@ -44,10 +45,43 @@ class StrictBooleanFilter(django_filters.BooleanFilter):
     field_class = StrictBooleanField
 
 
+# A filter on a whole-number column reads a whole number inside the database's bigint: a
+# fraction (``?bucket_s=1.5``) would match nothing silently, and a larger number would not fit
+# the query's parameter (a database error).
+BIGINT_MIN = -(2**63)
+BIGINT_MAX = 2**63 - 1
+
+
+class StrictIntegerField(forms.IntegerField):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("min_value", BIGINT_MIN)
+        kwargs.setdefault("max_value", BIGINT_MAX)
+        super().__init__(*args, **kwargs)
+
+
+class StrictIntegerFilter(django_filters.NumberFilter):
+    # A NumberFilter still (the schema reads it as a number filter), over a whole-number field;
+    # the stubs pin NumberFilter's field to DecimalField.
+    field_class = StrictIntegerField  # type: ignore[assignment]
+
+
+_INTEGER_FIELDS = (
+    models.IntegerField,
+    models.BigIntegerField,
+    models.SmallIntegerField,
+    models.PositiveIntegerField,
+    models.PositiveBigIntegerField,
+    models.PositiveSmallIntegerField,
+    models.AutoField,
+    models.BigAutoField,
+)
+
+
 class StrictFilterSet(RestFilterSet):
     FILTER_DEFAULTS = {
         **RestFilterSet.FILTER_DEFAULTS,
         models.BooleanField: {"filter_class": StrictBooleanFilter},
+        **{field: {"filter_class": StrictIntegerFilter} for field in _INTEGER_FIELDS},
     }
 
 

@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from django.conf import settings
 from rest_framework.exceptions import ParseError, ValidationError
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import DataAndFiles, JSONParser, MultiPartParser
 from rest_framework.utils.json import strict_constant
 
 
@@ -79,3 +79,25 @@ class StrictJSONParser(JSONParser):
         if where is not None:
             raise ValidationError({where or "non_field_errors": [LONE_SURROGATE]})
         return document
+
+
+class StrictMultiPartParser(MultiPartParser):
+    """A multipart body that holds bytes but no part (no boundary the parser could find) is a
+    ``ParseError``, not an empty form that a partial update would take as "change nothing"."""
+
+    def parse(
+        self,
+        stream: IO[bytes],
+        media_type: str | None = None,
+        parser_context: Mapping[str, Any] | None = None,
+    ) -> DataAndFiles[Any, Any]:
+        parsed = super().parse(stream, media_type, parser_context)
+        request = (parser_context or {}).get("request")
+        meta = getattr(request, "META", {})
+        try:
+            length = int(meta.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        if not parsed.data and not parsed.files and length > 0:
+            raise ParseError("Multipart parse error - the body holds no part.")
+        return parsed

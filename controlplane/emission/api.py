@@ -7,9 +7,7 @@ the last characters), never the value; an update without ``secret`` keeps the cu
 
 from __future__ import annotations
 
-import django_filters
 from django.db.models import QuerySet
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import action
@@ -21,7 +19,7 @@ from rest_framework.response import Response
 from controlplane.api.serializers import RecordSerializer
 from controlplane.api.viewsets import RecordViewSet
 from controlplane.core.api import ReadOnlyViewSet, StableOrderingFilter
-from controlplane.core.filters import StrictFilterSet
+from controlplane.core.filters import StrictFilterBackend, StrictFilterSet, StrictIntegerFilter
 from controlplane.core.roles import POLICY_ADMIN, user_roles
 from controlplane.emission import services
 from controlplane.emission.models import AllocationSink, DeliveryAttempt, OutboxEntry
@@ -152,7 +150,7 @@ class OutboxEntryDetailSerializer(OutboxEntrySerializer):
 
 
 class OutboxFilter(StrictFilterSet):
-    plan_version = django_filters.NumberFilter(field_name="plan__version")
+    plan_version = StrictIntegerFilter(field_name="plan__version")
 
     class Meta:
         model = OutboxEntry
@@ -165,7 +163,7 @@ class OutboxEntryViewSet(ReadOnlyViewSet):
     queryset = OutboxEntry.objects.select_related("plan", "sink")
     serializer_class = OutboxEntrySerializer
     filterset_class = OutboxFilter
-    filter_backends = [DjangoFilterBackend, StableOrderingFilter, SearchFilter]
+    filter_backends = [StrictFilterBackend, StableOrderingFilter, SearchFilter]
     search_fields = ("idempotency_key", "region")
     ordering_fields = ("id", "created_at", "next_attempt_at", "status", "attempts")
 

@@ -232,7 +232,7 @@ BAD_READS = (
     ("/api/plans/?state=bogus", 400),
     ("/api/plans/?solver_status=%00", 400),
     ("/api/plans/runs/?status=nope", 400),
-    ("/api/plans/?limit=abc&offset=-4", 200),
+    ("/api/plans/?limit=abc&offset=-4", 400),
     ("/api/plans/?ordering=nonsense", 200),
     ("/api/plans/?x%00=1", 400),
 )

@@ -35,7 +35,7 @@ def test_read_only_lists_share_the_guard_and_the_cap(url: str, api_client_for: A
     assert "NUL" in str(nul.json())
 
 
-def test_telemetry_pages_are_capped_and_ties_ordered_by_id(
+def test_telemetry_pages_are_bounded_and_ties_ordered_by_id(
     api_client_for: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     moment = datetime(2026, 3, 2, 9, tzinfo=UTC)
@@ -46,7 +46,12 @@ def test_telemetry_pages_are_capped_and_ties_ordered_by_id(
         for _ in range(3)
     ]
     monkeypatch.setattr(RecordPagination, "max_limit", 2)
-    body = api_client_for(VIEWER).get("/api/telemetry/pulls/?ordering=started_at&limit=50").json()
+    client = api_client_for(VIEWER)
+    # A page larger than the cap is refused, not silently cut to it.
+    too_large = client.get("/api/telemetry/pulls/?ordering=started_at&limit=50")
+    assert too_large.status_code == 400
+    assert "limit" in too_large.json()["error"]["fields"]
+    body = client.get("/api/telemetry/pulls/?ordering=started_at&limit=2").json()
     assert body["count"] == 3
     assert [row["id"] for row in body["results"]] == [pulls[0].pk, pulls[1].pk]
     assert "limit=2" in body["next"]
