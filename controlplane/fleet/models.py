@@ -39,7 +39,8 @@ GB = memory.GB
 GPU_MEMORY_GB = Bounds(1, 1000, "GB")
 PEAK_TFLOPS = Bounds(1, 100_000, "TFLOP/s")
 MEMORY_TBPS = Bounds(0.1, 100, "TB/s")
-PARAMETERS_BILLIONS = Bounds(0.001, 10_000, "billion")
+# From a test-sized model (a thousand parameters, as CPU benchmark runs use) to 10 trillion.
+PARAMETERS_BILLIONS = Bounds(0.000001, 10_000, "billion")
 BYTES_PER_ELEMENT = Bounds(0.125, 8, "bytes")  # 1-bit to fp64
 LAYERS = Bounds(1, 1000)
 HEADS = Bounds(1, 4096)
