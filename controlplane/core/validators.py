@@ -99,10 +99,10 @@ class Bounds:
 
 
 def _number(value: float) -> str:
-    """``2000000`` → ``2,000,000``; ``0.01`` → ``0.01``."""
+    """``2000000`` → ``2,000,000``; ``0.01`` → ``0.01``; ``1e-06`` → ``0.000001``."""
     if float(value).is_integer():
         return f"{int(value):,}"
-    return f"{value:g}"
+    return f"{value:.12f}".rstrip("0")
 
 
 # Shared ranges (each model names its own where nothing is shared).

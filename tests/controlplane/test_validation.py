@@ -234,7 +234,7 @@ FIELD_CASES: list[tuple[Factory, str, Any, str]] = [
     (new_accelerator, "on_demand_price_per_gpu_hour", 0, "Must be at least 0.01 $ per GPU-hour."),
     (new_accelerator, "reserved_price_per_gpu_hour", -0.5, "Must be at least 0.01 $ per GPU-hour."),
     (new_inventory, "gpus_available", -1, "Must be at least 0 GPUs."),
-    (new_model, "parameters_billions", 0, "Must be at least 0.001 billion."),
+    (new_model, "parameters_billions", 0, "Must be at least 0.000001 billion."),
     (new_model, "bytes_per_parameter", 0, "Must be at least 0.125 bytes."),
     (new_model, "kv_bytes_per_element", -2, "Must be at least 0.125 bytes."),
     (new_model, "layers", 0, "Must be at least 1."),
