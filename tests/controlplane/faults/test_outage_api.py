@@ -77,7 +77,7 @@ def test_retry_after_is_the_setting(
 def test_an_outage_met_outside_any_view_is_503_too(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A middleware that queries (the session) meets the outage before any view runs; Django
+    """A middleware that queries the database (Django's session middleware) meets the outage before any view runs; Django
     turns that into its 500 page, which the API's middleware answers as 503."""
     from django.contrib.sessions.middleware import SessionMiddleware
 
