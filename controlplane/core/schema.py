@@ -186,6 +186,13 @@ class HeadroomAutoSchema(AutoSchema):
             isinstance(serializer, type) and issubclass(serializer, StrictFieldsMixin)
         ):
             mapped["additionalProperties"] = False
+        # Fields some callers do not get (a serializer's ``schema_optional_fields``) are
+        # documented but not required.
+        optional = set(getattr(serializer, "schema_optional_fields", ()))
+        if optional and "required" in mapped:
+            mapped["required"] = [name for name in mapped["required"] if name not in optional]
+            if not mapped["required"]:
+                del mapped["required"]
         return mapped
 
     def _get_serializer_field_meta(

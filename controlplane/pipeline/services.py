@@ -237,7 +237,7 @@ def pipeline_run(
     report = PipelineReport(echo=echo)
     if options.prometheus_url is not None:
         conf = replace(conf, prometheus_url=options.prometheus_url)
-    now = time.time()
+    now = wall_clock()
     width = conf.bucket_s
     end = on_the_hour(_utc(now - conf.lag_s), bucket_s=width)
     window = timedelta(seconds=conf.profile_window_s)
@@ -314,6 +314,11 @@ def _source(
             f"+{FRIDAY_REVIEW_EXTRA_TOKENS:,.0f} tokens from {_when(split)})"
         )
         yield url
+
+
+def wall_clock() -> float:
+    """Now, in seconds since the epoch: the moment a run's windows are laid out from."""
+    return time.time()
 
 
 def _pull(

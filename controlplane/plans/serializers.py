@@ -79,7 +79,18 @@ class PlanSerializer(serializers.ModelSerializer[Plan]):
 
 class PlanDetailSerializer(PlanSerializer):
     """One plan in full: allocations, routing, binding constraints, stale figures, forecast
-    band, diff against the plan active when it was made, and the explanation."""
+    band, diff against the plan active when it was made, and the explanation. A tenant key
+    gets the plan cut down to its tenant (``PlanTenantDetailSerializer``), without the
+    documents that speak of every tenant."""
+
+    # What a tenant key's view of a plan leaves out (the schema documents one shape for both).
+    schema_optional_fields = (
+        "binding",
+        "stale_figures",
+        "forecast_band",
+        "diff",
+        "explanation",
+    )
 
     # The same values as the list's ``state`` enum; declared as text here because OpenAPI
     # enum names are per property name, and a second component with this choice set would

@@ -20,6 +20,7 @@ from controlplane.core.roles import POLICY_ADMIN, VIEWER
 from controlplane.fleet.models import ReplicaShape
 from tests.controlplane.conftest import make_user
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan
+from tests.controlplane.tenant_key_support import issue_key, key_client, two_tenant_world
 
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
 UNSAFE = {"put", "patch", "post", "delete"}
@@ -238,21 +239,9 @@ def _path_for(template: str, pk: int) -> str:
     return template.replace("{id}", str(pk))
 
 
-@pytest.mark.django_db
-def test_real_responses_validate_against_the_schema(schema: dict[str, Any]) -> None:
-    """Every GET of the example scenario with an active plan, a plan proposed by nobody and
-    decided by nobody, and a benchmark run nobody asked for: the fields that are null in
-    these rows (who approved, who rejected, who requested) must be nullable in the schema."""
-    load_support_assistant()
-    run = run_replan()
-    assert run.plan is not None, run.error
-    BenchmarkRun.objects.create(
-        shape=ReplicaShape.objects.order_by("pk").first(),
-        trigger=BenchmarkRun.Trigger.SCHEDULE,
-        reason="fresh figures",
-    )
-    client = APIClient()
-    client.force_authenticate(make_user("schema-viewer", VIEWER))
+def _validate_every_get(schema: dict[str, Any], client: APIClient) -> tuple[int, set[str]]:
+    """GET every JSON operation (a detail route with the first row of its list) and validate
+    the 200 bodies against the schema; how many were checked, and the fields seen null."""
     nulls_seen: set[str] = set()
     checked = 0
     for path, method, operation in _operations(schema):
@@ -271,7 +260,7 @@ def test_real_responses_validate_against_the_schema(schema: dict[str, Any]) -> N
         else:
             url = path
         response = client.get(url)
-        if response.status_code in (403, 404):  # not a viewer's to read, or nothing yet
+        if response.status_code in (403, 404):  # not this caller's to read, or nothing yet
             continue
         assert response.status_code == 200, (url, response.content[:300])
         validator = _validator(schema, path, method, "200")
@@ -281,9 +270,41 @@ def test_real_responses_validate_against_the_schema(schema: dict[str, Any]) -> N
         assert not errors, (url, errors[:5])
         nulls_seen |= _null_fields(response.json())
         checked += 1
+    return checked, nulls_seen
+
+
+@pytest.mark.django_db
+def test_real_responses_validate_against_the_schema(schema: dict[str, Any]) -> None:
+    """Every GET of the example scenario with an active plan, a plan proposed by nobody and
+    decided by nobody, and a benchmark run nobody asked for: the fields that are null in
+    these rows (who approved, who rejected, who requested) must be nullable in the schema."""
+    load_support_assistant()
+    run = run_replan()
+    assert run.plan is not None, run.error
+    BenchmarkRun.objects.create(
+        shape=ReplicaShape.objects.order_by("pk").first(),
+        trigger=BenchmarkRun.Trigger.SCHEDULE,
+        reason="fresh figures",
+    )
+    client = APIClient()
+    client.force_authenticate(make_user("schema-viewer", VIEWER))
+    checked, nulls_seen = _validate_every_get(schema, client)
     assert checked > 40
     # The rows above do hold the nulls the schema must allow.
     assert {"approved_by", "rejected_by", "requested_by"} <= nulls_seen
+
+
+@pytest.mark.django_db
+def test_a_tenant_keys_responses_validate_against_the_schema(schema: dict[str, Any]) -> None:
+    """The same walk with a tenant key, over two tenants and an active plan: the cut-down
+    views a key gets (a plan without the documents that speak of every tenant) are still the
+    documented shape."""
+    world = two_tenant_world()
+    checked, _ = _validate_every_get(schema, key_client(issue_key(world.own.tenant)))
+    assert checked > 20
+    active = key_client(issue_key(world.own.tenant, name="second")).get("/api/plans/active/")
+    assert active.status_code == 200
+    assert "binding" not in active.json()
 
 
 def _null_fields(body: Any) -> set[str]:

@@ -5,7 +5,9 @@ about 250,000 samples."""
 from __future__ import annotations
 
 import json
+import math
 import re
+import time
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from pathlib import Path
@@ -16,6 +18,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from controlplane.emission.models import AllocationSink, OutboxEntry
+from controlplane.pipeline import services as pipeline_services
 from controlplane.plans.models import Plan
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry.models import (
@@ -113,7 +116,11 @@ def test_the_pipeline_pulls_derives_replans_emits_and_prints_the_allocations(
     assert re.search(r"Pulled .*: \d+ windows, [\d,]+ samples stored", output)
 
 
-def test_running_it_again_changes_nothing(quick: Path) -> None:
+def test_running_it_again_changes_nothing(quick: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both runs lay out their windows from one moment, half past the last hour: a second run
+    # that began after the hour turned would rightly find a new hour to pull.
+    moment = math.floor(time.time() / 3600) * 3600 - 1800.0
+    monkeypatch.setattr(pipeline_services, "wall_clock", lambda: moment)
     _run()
     pulls, samples = TelemetryPull.objects.count(), WorkloadProfile.objects.count()
 
