@@ -7,3 +7,6 @@ class CoreConfig(AppConfig):
     name = "controlplane.core"
     label = "core"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from controlplane.core import checks  # noqa: F401  (registers the system checks)
