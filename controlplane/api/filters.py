@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from controlplane.core.filters import StrictFilterSet
+from controlplane.core.filters import StrictBooleanFilter, StrictFilterSet
 from controlplane.fleet.models import (
     CapacityFigure,
     Geography,
@@ -78,9 +78,7 @@ class ReplicaShapeFilter(StrictFilterSet):
 
 
 class CapacityFigureFilter(StrictFilterSet):
-    stale = django_filters.TypedChoiceFilter(
-        choices=[("true", "true"), ("false", "false")],
-        coerce=lambda value: value == "true",
+    stale = StrictBooleanFilter(
         method="filter_stale",
         label="true: figures older than the fleet's maximum age; false: fresh ones.",
     )

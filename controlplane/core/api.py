@@ -43,8 +43,9 @@ class RecordPagination(LimitOffsetPagination):
 
     # Bounds one response (and keeps LIMIT inside the database's integer range).
     max_limit = 1000
-    # An offset past the end is an empty page; past this it is read as this (any table's end
-    # lies before it, and LIMIT/OFFSET stay inside the database's bigint).
+    # An offset past the end is an empty page. Past this it is a 400 like any out-of-range
+    # value: every table's end lies before it, and LIMIT/OFFSET stay inside the database's
+    # bigint.
     max_offset = 10**15
 
     def get_limit(self, request: Request) -> int | None:
@@ -55,12 +56,12 @@ class RecordPagination(LimitOffsetPagination):
     def get_offset(self, request: Request) -> int:
         if self.offset_query_param not in request.query_params:
             return 0
-        return min(_whole_parameter(request, self.offset_query_param, 0, None), self.max_offset)
+        return _whole_parameter(request, self.offset_query_param, 0, self.max_offset)
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
         bounds: dict[str, dict[str, int]] = {
             self.limit_query_param: {"minimum": 1, "maximum": self.max_limit},
-            self.offset_query_param: {"minimum": 0},
+            self.offset_query_param: {"minimum": 0, "maximum": self.max_offset},
         }
         parameters: list[dict[str, Any]] = super().get_schema_operation_parameters(view)
         for parameter in parameters:

@@ -105,6 +105,7 @@ def test_pagination_and_query_bounds_are_in_the_schema(schema: dict[str, Any]) -
                 assert parameter["schema"]["maximum"] == 1000, path
             if parameter["name"] == "offset":
                 assert parameter["schema"]["minimum"] == 0, path
+                assert parameter["schema"]["maximum"] == 10**15, path
     forecast = schema["paths"]["/api/finance/forecast/"]["get"]["parameters"]
     horizon = next(p for p in forecast if p["name"] == "horizon")
     assert horizon["schema"]["minimum"] == 1
@@ -187,7 +188,17 @@ def test_filters_allow_an_empty_value_and_blank_or_pattern_is_any_of(
 
 class TestPagination:
     @pytest.mark.parametrize(
-        "query", ["limit=abc", "limit=0", "limit=1001", "limit=-1", "limit=1.5", "offset=-1"]
+        "query",
+        [
+            "limit=abc",
+            "limit=0",
+            "limit=1001",
+            "limit=-1",
+            "limit=1.5",
+            "offset=-1",
+            f"offset={10**15 + 1}",
+            f"offset={2**63}",
+        ],
     )
     def test_a_page_parameter_out_of_bounds_is_a_400_naming_it(
         self, api_client_for: Any, query: str
