@@ -18,6 +18,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import DatabaseError, connections, models
 from django.db.models import Q
 
+from controlplane.core.validators import number
+
 # Enough rows to act on; a larger count is reported as a count.
 ROWS_NAMED = 20
 
@@ -38,7 +40,7 @@ def _ranged_fields(model: type[models.Model]) -> Iterator[tuple[models.Field[Any
 def _range(field: models.Field[Any, Any]) -> str:
     low = [v.limit_value for v in field.validators if isinstance(v, MinValueValidator)]
     high = [v.limit_value for v in field.validators if isinstance(v, MaxValueValidator)]
-    return f"[{low[0] if low else '-inf'}, {high[0] if high else 'inf'}]"
+    return f"[{number(low[0]) if low else '-inf'}, {number(high[0]) if high else 'inf'}]"
 
 
 @checks.register(checks.Tags.database)

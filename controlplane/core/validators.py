@@ -87,18 +87,18 @@ class Bounds:
         unit = f" {self.unit}" if self.unit else ""
         return [
             finite,
-            MinValueValidator(self.low, message=f"Must be at least {_number(self.low)}{unit}."),
-            MaxValueValidator(self.high, message=f"Must be at most {_number(self.high)}{unit}."),
+            MinValueValidator(self.low, message=f"Must be at least {number(self.low)}{unit}."),
+            MaxValueValidator(self.high, message=f"Must be at most {number(self.high)}{unit}."),
         ]
 
     def help(self, text: str = "") -> str:
         """``text`` followed by the range, e.g. "p95 TTFT, seconds. From 0.01 to 600 s."."""
         unit = f" {self.unit}" if self.unit else ""
-        sentence = f"From {_number(self.low)} to {_number(self.high)}{unit}."
+        sentence = f"From {number(self.low)} to {number(self.high)}{unit}."
         return f"{text} {sentence}" if text else sentence
 
 
-def _number(value: float) -> str:
+def number(value: float) -> str:
     """``2000000`` → ``2,000,000``; ``0.01`` → ``0.01``; ``1e-06`` → ``0.000001``."""
     if float(value).is_integer():
         return f"{int(value):,}"

@@ -77,6 +77,11 @@ class PlanSerializer(serializers.ModelSerializer[Plan]):
         return len(plan.stale_figures or [])
 
 
+# A plan as a tenant key sees it, and the documents only a fleet-wide caller gets.
+_PLAN_TENANT_FIELDS = (*_PLAN_SUMMARY_FIELDS, "allocations", "routing", "unserved")
+_PLAN_FLEET_DOCUMENTS = ("binding", "stale_figures", "forecast_band", "diff", "explanation")
+
+
 class PlanDetailSerializer(PlanSerializer):
     """One plan in full: allocations, routing, binding constraints, stale figures, forecast
     band, diff against the plan active when it was made, and the explanation. A tenant key
@@ -84,13 +89,7 @@ class PlanDetailSerializer(PlanSerializer):
     documents that speak of every tenant."""
 
     # What a tenant key's view of a plan leaves out (the schema documents one shape for both).
-    schema_optional_fields = (
-        "binding",
-        "stale_figures",
-        "forecast_band",
-        "diff",
-        "explanation",
-    )
+    schema_optional_fields = _PLAN_FLEET_DOCUMENTS
 
     # The same values as the list's ``state`` enum; declared as text here because OpenAPI
     # enum names are per property name, and a second component with this choice set would
@@ -104,17 +103,7 @@ class PlanDetailSerializer(PlanSerializer):
     unserved = serializers.SerializerMethodField()
 
     class Meta(PlanSerializer.Meta):
-        fields = (
-            *_PLAN_SUMMARY_FIELDS,
-            "allocations",
-            "routing",
-            "unserved",
-            "binding",
-            "stale_figures",
-            "forecast_band",
-            "diff",
-            "explanation",
-        )
+        fields = (*_PLAN_TENANT_FIELDS, *_PLAN_FLEET_DOCUMENTS)
         read_only_fields = fields
 
     def get_unserved(self, plan: Plan) -> list[dict[str, Any]]:
@@ -134,7 +123,7 @@ class PlanTenantDetailSerializer(PlanSerializer):
     unserved = serializers.SerializerMethodField()
 
     class Meta(PlanSerializer.Meta):
-        fields = (*_PLAN_SUMMARY_FIELDS, "allocations", "routing", "unserved")
+        fields = _PLAN_TENANT_FIELDS
         read_only_fields = fields
 
     def _routing(self, plan: Plan) -> list[PlanRouting]:
