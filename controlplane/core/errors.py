@@ -24,6 +24,7 @@ from django.core.exceptions import PermissionDenied, SuspiciousOperation
 from django.core.signals import got_request_exception
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
+from controlplane.core.error_codes import error_code
 from controlplane.core.outage import (
     dependency_down,
     dependency_message,
@@ -35,21 +36,6 @@ log = logging.getLogger(__name__)
 
 API_PREFIX = "/api/"
 
-# The codes DRF's own exceptions use for the same statuses, so a client sees one vocabulary.
-_CODES = {
-    400: "bad_request",
-    401: "not_authenticated",
-    403: "permission_denied",
-    404: "not_found",
-    405: "method_not_allowed",
-    406: "not_acceptable",
-    413: "request_too_large",
-    415: "unsupported_media_type",
-    429: "throttled",
-    500: "server_error",
-    502: "bad_gateway",
-    503: "unavailable",
-}
 _MESSAGES = {
     400: "The request was refused (a malformed request or a Host this site does not serve).",
     404: "No such resource. The API's root, /api/, lists what there is.",
@@ -67,7 +53,7 @@ def _is_json(response: HttpResponse) -> bool:
 
 def api_error(status: int, message: str | None = None) -> JsonResponse:
     """The error contract's body for ``status``, with a message a person can act on."""
-    code = _CODES.get(status, "error")
+    code = error_code(status)
     text = message or _MESSAGES.get(status) or HTTPStatus(status).phrase
     return JsonResponse({"error": {"code": code, "message": text}}, status=status)
 

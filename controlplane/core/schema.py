@@ -15,6 +15,8 @@ body (``components/schemas/Error``, see ``controlplane/api/errors.py``):
   concurrent one on a unique rule;
 - 412 and 428 where the operation takes ``If-Match`` (optimistic concurrency), and 304 (no
   body) where it takes ``If-None-Match``;
+- 414 and 431 on every operation: the web server (``controlplane.serving``) refuses a request
+  line or headers over its limits before the API reads them;
 - 415 on every operation with a body: a media type no parser of the view reads;
 - 429 (with ``Retry-After``) where the view is throttled;
 - 503 (with ``Retry-After``) on every operation: a dependency (the database, the broker) is
@@ -92,9 +94,13 @@ _DESCRIPTIONS = {
     "409": "A record still referenced by others cannot be deleted (`protected`), or the write "
     "collided with a concurrent one (`conflict`); reload and retry.",
     "412": "`If-Match` names an older revision: nothing changed. GET the record again.",
+    "414": "The request line is longer than the server accepts (4,094 bytes by default): send "
+    "fewer or shorter query parameters.",
     "415": "The body's media type is not one the operation reads.",
     "428": "`If-Match` is required: send the ETag from your last GET of the record.",
     "429": "Too many requests: wait for `Retry-After` seconds.",
+    "431": "The request's headers are over the server's limits (by default 100 headers, "
+    "8,190 bytes each).",
     "503": "A dependency (database or broker) is unavailable: retry after `Retry-After` seconds.",
 }
 _UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
@@ -252,7 +258,7 @@ class HeadroomAutoSchema(AutoSchema):
         return ref
 
     def _error_statuses(self, operation: dict[str, Any]) -> list[str]:
-        codes = {"400", "401", "404", "406", "503"}
+        codes = {"400", "401", "404", "406", "414", "431", "503"}
         parameters = parameters_of(operation)
         if operation.get("security"):
             codes.add("403")

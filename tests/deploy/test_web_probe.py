@@ -11,13 +11,16 @@ files are collected as the image build does and served by the web process itself
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -74,8 +77,36 @@ def get(port: int, path: str, host: str, **headers: str) -> tuple[int, bytes]:
         connection.close()
 
 
+def start_web(env: dict[str, str], *extra: str) -> tuple[subprocess.Popen[bytes], int]:
+    """The manifest's web command on a free loopback port (``extra`` options after it), once
+    it answers ``/healthz``."""
+    port = free_port()
+    process = subprocess.Popen(
+        [*web_command(port), *extra],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + START_S
+    while True:
+        if process.poll() is not None:
+            stop(process)
+            raise RuntimeError(
+                f"gunicorn exited: {process.stderr.read() if process.stderr else ''!r}"
+            )
+        try:
+            get(port, "/healthz", "127.0.0.1")
+            return process, port
+        except OSError:
+            if time.monotonic() > deadline:
+                stop(process)
+                raise
+            time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
-def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+def web_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     tmp = tmp_path_factory.mktemp("web")
     env = manifest_environment(tmp)
     # As the image build does (deploy/Dockerfile); the probes need no migrated schema.
@@ -89,24 +120,13 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
             timeout=300,
         )
         assert done.returncode == 0, done.stderr
-    port = free_port()
-    process = subprocess.Popen(
-        web_command(port), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    return env
+
+
+@pytest.fixture(scope="module")
+def web(web_env: dict[str, str]) -> Iterator[int]:
+    process, port = start_web(web_env)
     try:
-        deadline = time.monotonic() + START_S
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(
-                    f"gunicorn exited: {process.stderr.read() if process.stderr else ''!r}"
-                )
-            try:
-                get(port, "/healthz", "127.0.0.1")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
         yield port
     finally:
         stop(process)
@@ -153,3 +173,54 @@ def test_production_refuses_a_placeholder_secret_key(tmp_path: Path) -> None:
         )
         assert done.returncode != 0
         assert "SECRET_KEY looks like a placeholder" in done.stderr
+
+
+def raw_exchange(port: int, request: bytes) -> tuple[int, str, dict[str, Any]]:
+    """Send ``request`` as it is; the status, the Content-Type and the JSON body answered."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(request)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in header_lines)
+    assert headers["Content-Length"] == str(len(body))
+    return int(status_line.split(" ")[1]), headers["Content-Type"], json.loads(body)
+
+
+# Requests gunicorn refuses while parsing them, before Django sees them, and what it answers.
+REFUSED_BY_THE_SERVER = (
+    # A request line over limit_request_line (4,094 bytes): a query too long to read.
+    (b"GET /api/tenants/?" + b"limit=1&" * 600 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+     414, "uri_too_long", "4094 bytes"),
+    # More headers than limit_request_fields (100).
+    (b"GET /api/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+     + b"".join(b"X-Filler-%d: 1\r\n" % i for i in range(120)) + b"\r\n",
+     431, "headers_too_large", "100 headers"),
+    # Not HTTP at all.
+    (b"NOT HTTP\r\n\r\n", 400, "bad_request", "Invalid HTTP request line"),
+)  # fmt: skip
+
+
+def assert_refusals_are_api_errors(port: int) -> None:
+    for request, status, code, said in REFUSED_BY_THE_SERVER:
+        answered, content_type, body = raw_exchange(port, request)
+        assert (answered, content_type) == (status, "application/json"), request[:40]
+        assert body["error"]["code"] == code
+        assert said in body["error"]["message"]
+    # The worker still serves after refusing.
+    assert get(port, "/healthz", "127.0.0.1") == (200, b"ok\n")
+
+
+def test_requests_the_server_refuses_get_the_api_error_body(web: int) -> None:
+    assert_refusals_are_api_errors(web)
+
+
+def test_a_threaded_worker_refuses_with_the_api_error_body_too(web_env: dict[str, str]) -> None:
+    # --threads above one makes gunicorn pick its gthread worker instead of sync.
+    process, port = start_web(web_env, "--threads", "2")
+    try:
+        assert_refusals_are_api_errors(port)
+    finally:
+        stop(process)

@@ -73,7 +73,7 @@ TENANT_KEY=$("${PY}" manage.py tenant_key create --tenant "${TENANT}" --name fuz
 
 PORT=$("${PY}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 BASE="http://127.0.0.1:${PORT}"
-"${ROOT}/.venv/bin/gunicorn" controlplane.wsgi:application --bind "127.0.0.1:${PORT}" \
+"${ROOT}/.venv/bin/gunicorn" -c python:controlplane.serving controlplane.wsgi:application --bind "127.0.0.1:${PORT}" \
     --workers 3 --timeout 120 --log-level warning >"${WORK}/server.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 1 120); do

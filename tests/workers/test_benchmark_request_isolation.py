@@ -64,7 +64,8 @@ def test_a_benchmark_with_ray_unreachable_fails_and_the_server_survives(tmp_path
         "print(ReplicaShape.objects.order_by('pk').first().name)"
     ).strip().splitlines()[-1]  # fmt: skip
     server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "controlplane.wsgi", "--bind", f"127.0.0.1:{port}",
+        [sys.executable, "-m", "gunicorn", "-c", "python:controlplane.serving", "controlplane.wsgi",
+         "--bind", f"127.0.0.1:{port}",
          "--workers", "1", "--threads", "2", "--timeout", "120"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
