@@ -60,3 +60,44 @@ class RowMemo(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._values)
+
+
+class IdentityMemo(Generic[T]):
+    """Values derived from objects that are never changed once made (a stored report's rows as
+    a shared ``RowMemo`` value), keyed by the object's identity and a variant.
+
+    The entry keeps the object itself, so its identity cannot be reused by another object
+    while the entry lives; a lookup checks that the entry's object is the one asked about.
+    Least recently used entries are evicted first; thread-safe like ``RowMemo``.
+    """
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError("size: must be at least 1")
+        self.size = size
+        self._values: OrderedDict[Hashable, tuple[object, T]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, source: object, variant: Hashable, compute: Callable[[], T]) -> T:
+        """The value stored for ``source`` and ``variant``, or ``compute()`` stored and
+        returned."""
+        key = (id(source), variant)
+        with self._lock:
+            entry = self._values.get(key)
+            if entry is not None and entry[0] is source:
+                self._values.move_to_end(key)
+                return entry[1]
+        value = compute()
+        with self._lock:
+            self._values[key] = (source, value)
+            self._values.move_to_end(key)
+            while len(self._values) > self.size:
+                self._values.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._values.clear()
+
+    def __len__(self) -> int:
+        return len(self._values)

@@ -20,10 +20,11 @@ from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from controlplane.core.api import QueryGuardMixin
+from controlplane.core.renderers import RenderedOnceJSONRenderer
 from controlplane.core.roles import ROLES, RolePermission
 from controlplane.core.tenancy import TENANT_OWN, request_principal
 from controlplane.finance import services
-from controlplane.finance.renderers import CSVRenderer
+from controlplane.finance.renderers import CSVRenderer, ReportCSVRenderer
 from controlplane.finance.serializers import (
     GroupedQuerySerializer,
     OpenCostQuerySerializer,
@@ -41,7 +42,8 @@ CSV_NOTE = (
 class _FinanceView(QueryGuardMixin, APIView):
     permission_classes = [RolePermission]
     read_roles = frozenset(ROLES)
-    renderer_classes = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
+    # A stored report's JSON and CSV are rendered once per process (core.renderers).
+    renderer_classes = [RenderedOnceJSONRenderer, BrowsableAPIRenderer, ReportCSVRenderer]
     query_serializer: type[Serializer[Any]] = ReportQuerySerializer
     tenant_access: str | None = TENANT_OWN
 
@@ -75,8 +77,12 @@ class _FinanceView(QueryGuardMixin, APIView):
             raise exceptions.ValidationError({exc.field: [exc.message]}) from exc
         except services.NoActivePlan as exc:
             raise exceptions.NotFound(str(exc)) from exc
-        body = report if isinstance(report, dict) else report.as_dict()
-        return Response(body)
+        if isinstance(report, dict):
+            return Response(report)
+        response = Response(report.as_dict())
+        if report.stored:
+            response.rendered_from = report  # type: ignore[attr-defined]
+        return response
 
 
 class ForecastView(_FinanceView):

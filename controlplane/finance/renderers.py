@@ -14,6 +14,8 @@ from typing import Any
 
 from rest_framework.renderers import BaseRenderer
 
+from controlplane.core.renderers import RenderedOnceMixin
+
 
 class CSVRenderer(BaseRenderer):
     media_type = "text/csv"
@@ -35,3 +37,7 @@ class CSVRenderer(BaseRenderer):
         for row in data["rows"]:
             writer.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
         return out.getvalue().encode(self.charset)
+
+
+class ReportCSVRenderer(RenderedOnceMixin, CSVRenderer):
+    """The CSV of a stored report, rendered once per process (``core.renderers``)."""

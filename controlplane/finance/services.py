@@ -220,6 +220,9 @@ class Report:
     columns: tuple[str, ...]
     rows: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
+    # True for a stored report as ``STORED_REPORTS`` holds it: the one object every request
+    # for it gets in this process, never changed, so its body can be rendered once.
+    stored: bool = field(default=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -246,6 +249,7 @@ def for_tenant(
         report,
         rows=[row for row in report.rows if keep(row)],
         notes=[note for note in report.notes if not any(name in note for name in others)],
+        stored=False,
     )
 
 
@@ -286,7 +290,8 @@ def _cached(
                     **stored.rows,
                     "group_by": tuple(stored.rows["group_by"]),
                     "columns": tuple(stored.rows["columns"]),
-                }
+                },
+                stored=True,
             ),
         )
     report = build()
@@ -298,7 +303,7 @@ def _cached(
             )
     except IntegrityError:
         return report  # stored by a concurrent request with the same parameters: the same rows
-    return STORED_REPORTS.get(stored.pk, stored.created_at, lambda: report)
+    return STORED_REPORTS.get(stored.pk, stored.created_at, lambda: replace(report, stored=True))
 
 
 def _periods(

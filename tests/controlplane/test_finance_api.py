@@ -11,7 +11,7 @@ import io
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -20,16 +20,20 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from rest_framework.renderers import JSONRenderer
 
 from controlplane.core.roles import FINANCE, VIEWER
 from controlplane.finance import services
 from controlplane.finance.models import FinanceReport, FinanceSnapshot, PromisePricing
+from controlplane.finance.renderers import CSVRenderer
 from controlplane.finance.snapshot import snapshot_arrays
 from controlplane.plans.models import Plan
+from controlplane.policies.models import Tenant
 from planner.forecast.finance import HOURS_PER_MONTH, period_end
 from tests.controlplane.api_harness import APITest, ReportEndpointContract
 from tests.controlplane.finance_helpers import ON_DEMAND, RESERVED, active_plan, seeds_fleet
 from tests.controlplane.plans_helpers import raise_profile
+from tests.controlplane.tenant_key_support import issue_key, key_client
 
 ENDPOINTS = (
     "/api/finance/forecast/",
@@ -334,6 +338,55 @@ class TestStoredOnce(FinanceTest):
         after = client.get("/api/finance/forecast/").json()
         assert after["plan_version"] == after_plan.version != before["plan_version"]
         assert after["rows"] != before["rows"]
+
+
+    def test_a_stored_reports_body_is_rendered_once(
+        self, api_client_for: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        rendered: list[str] = []
+        for renderer in (JSONRenderer, CSVRenderer):
+            plain = renderer.render
+
+            def counting(self: Any, *args: Any, _plain: Any = plain, **kwargs: Any) -> bytes:
+                rendered.append(type(self).__name__)
+                return cast(bytes, _plain(self, *args, **kwargs))
+
+            monkeypatch.setattr(renderer, "render", counting)
+        client = api_client_for(FINANCE)
+        params = {"group_by": "tenant", "period": "week"}
+        first = client.get("/api/finance/forecast/", params)
+        again = client.get("/api/finance/forecast/", params)
+        assert first.content == again.content and first.json()["rows"]
+        first_csv = client.get("/api/finance/forecast/", {**params, "format": "csv"})
+        again_csv = client.get("/api/finance/forecast/", {**params, "format": "csv"})
+        assert first_csv.content == again_csv.content
+        assert rendered == ["RenderedOnceJSONRenderer", "ReportCSVRenderer"]
+        # Another parameter set is another stored report; a new plan version, another body.
+        client.get("/api/finance/forecast/", {"group_by": "region"})
+        assert len(rendered) == 3
+        raise_profile("assistant", 1.5)
+        replanned = active_plan()
+        after = client.get("/api/finance/forecast/", params)
+        assert len(rendered) == 4 and after.json()["plan_version"] == replanned.version
+        assert after.content != first.content
+
+    def test_a_tenant_keys_cut_of_a_report_is_rendered_for_it(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A key's report is a new object cut from the stored one, never marked: rendered each
+        # time, and it shows only the key's rows.
+        calls: list[int] = []
+        plain = JSONRenderer.render
+
+        def counting(self: Any, *args: Any, **kwargs: Any) -> bytes:
+            calls.append(1)
+            return cast(bytes, plain(self, *args, **kwargs))
+
+        monkeypatch.setattr(JSONRenderer, "render", counting)
+        client = key_client(issue_key(Tenant.objects.get(name="assistant")))
+        bodies = [client.get("/api/finance/forecast/").json() for _ in range(2)]
+        assert bodies[0] == bodies[1] and len(calls) == 2
+        assert {row["tenant"] for row in bodies[0]["rows"]} == {"assistant"}
 
 
 class TestHistory(FinanceTest):

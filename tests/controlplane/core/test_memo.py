@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from controlplane.core.memo import RowMemo
+from controlplane.core.memo import IdentityMemo, RowMemo
 
 WRITTEN = datetime(2026, 3, 6, 9, 30, tzinfo=UTC)
 
@@ -66,3 +66,41 @@ def test_the_least_recently_used_row_goes_first() -> None:
 def test_size_must_be_positive() -> None:
     with pytest.raises(ValueError, match="size"):
         RowMemo(size=0)
+
+
+class Report:
+    """A stand-in for an object that is never changed once made."""
+
+
+def test_an_object_is_rendered_once_per_variant() -> None:
+    memo: IdentityMemo[list[int]] = IdentityMemo(size=4)
+    source, compute = Report(), Counter()
+    json = memo.get(source, "json", compute)
+    assert memo.get(source, "json", compute) is json
+    assert memo.get(source, "csv", compute) == [2]
+    assert compute.calls == 2
+
+
+def test_another_object_is_another_entry_even_if_its_identity_is_reused() -> None:
+    memo: IdentityMemo[list[int]] = IdentityMemo(size=4)
+    compute = Counter()
+    memo.get(Report(), "json", compute)
+    # The entry keeps its object alive, so no new object can take its identity; and a lookup
+    # checks the object itself, not just its id.
+    others = [Report() for _ in range(3)]
+    assert [memo.get(o, "json", compute) for o in others] == [[2], [3], [4]]
+
+
+def test_the_least_recently_used_object_goes_first() -> None:
+    memo: IdentityMemo[list[int]] = IdentityMemo(size=2)
+    compute = Counter()
+    a, b, c = Report(), Report(), Report()
+    memo.get(a, "json", compute)
+    memo.get(b, "json", compute)
+    memo.get(a, "json", compute)  # a is now the most recently used
+    memo.get(c, "json", compute)  # b goes
+    assert len(memo) == 2
+    assert memo.get(a, "json", compute) == [1]
+    assert memo.get(b, "json", compute) == [4]
+    with pytest.raises(ValueError, match="size"):
+        IdentityMemo(size=0)
