@@ -22,17 +22,44 @@ from datetime import datetime
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 
-class RowMemo(Generic[T]):
-    """Values derived from immutable rows, keyed by ``(pk, created_at, *extra)``."""
+class _Recent(Generic[K, V]):
+    """The last ``size`` values stored, least recently used evicted first; thread-safe."""
 
     def __init__(self, size: int) -> None:
         if size < 1:
             raise ValueError("size: must be at least 1")
         self.size = size
-        self._values: OrderedDict[Hashable, T] = OrderedDict()
+        self._values: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
+
+    def _find(self, key: K) -> V | None:
+        with self._lock:
+            value = self._values.get(key)
+            if value is not None:
+                self._values.move_to_end(key)
+            return value
+
+    def _keep(self, key: K, value: V) -> None:
+        with self._lock:
+            self._values[key] = value
+            self._values.move_to_end(key)
+            while len(self._values) > self.size:
+                self._values.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._values.clear()
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+class RowMemo(_Recent[Hashable, tuple[T]]):
+    """Values derived from immutable rows, keyed by ``(pk, created_at, *extra)``."""
 
     def get(
         self, pk: object, created_at: datetime | None, compute: Callable[[], T], *extra: Hashable
@@ -42,62 +69,29 @@ class RowMemo(Generic[T]):
         if pk is None or created_at is None:
             return compute()
         key = (pk, created_at.isoformat(), *extra)
-        with self._lock:
-            if key in self._values:
-                self._values.move_to_end(key)
-                return self._values[key]
+        found = self._find(key)
+        if found is not None:
+            return found[0]
         value = compute()
-        with self._lock:
-            self._values[key] = value
-            self._values.move_to_end(key)
-            while len(self._values) > self.size:
-                self._values.popitem(last=False)
+        self._keep(key, (value,))
         return value
 
-    def clear(self) -> None:
-        with self._lock:
-            self._values.clear()
 
-    def __len__(self) -> int:
-        return len(self._values)
-
-
-class IdentityMemo(Generic[T]):
+class IdentityMemo(_Recent[Hashable, tuple[object, T]]):
     """Values derived from objects that are never changed once made (a stored report's rows as
     a shared ``RowMemo`` value), keyed by the object's identity and a variant.
 
     The entry keeps the object itself, so its identity cannot be reused by another object
     while the entry lives; a lookup checks that the entry's object is the one asked about.
-    Least recently used entries are evicted first; thread-safe like ``RowMemo``.
     """
-
-    def __init__(self, size: int) -> None:
-        if size < 1:
-            raise ValueError("size: must be at least 1")
-        self.size = size
-        self._values: OrderedDict[Hashable, tuple[object, T]] = OrderedDict()
-        self._lock = threading.Lock()
 
     def get(self, source: object, variant: Hashable, compute: Callable[[], T]) -> T:
         """The value stored for ``source`` and ``variant``, or ``compute()`` stored and
         returned."""
         key = (id(source), variant)
-        with self._lock:
-            entry = self._values.get(key)
-            if entry is not None and entry[0] is source:
-                self._values.move_to_end(key)
-                return entry[1]
+        found = self._find(key)
+        if found is not None and found[0] is source:
+            return found[1]
         value = compute()
-        with self._lock:
-            self._values[key] = (source, value)
-            self._values.move_to_end(key)
-            while len(self._values) > self.size:
-                self._values.popitem(last=False)
+        self._keep(key, (source, value))
         return value
-
-    def clear(self) -> None:
-        with self._lock:
-            self._values.clear()
-
-    def __len__(self) -> int:
-        return len(self._values)
