@@ -30,7 +30,7 @@ from controlplane.core.api import (
 from controlplane.core.filters import StrictFilterSet
 from controlplane.core.parsers import StrictJSONParser
 from controlplane.core.roles import POLICY_ADMIN, RolePermission
-from controlplane.core.serializers import StrictModelSerializer
+from controlplane.core.serializers import StrictModelSerializer, read_only_by
 
 KEY_FIELDS = (
     "id",
@@ -54,12 +54,8 @@ class TenantKeySerializer(StrictModelSerializer):
 
     tenant_name = serializers.CharField(source="tenant.name", read_only=True)
     state = serializers.ChoiceField(choices=TenantKey.State.choices, read_only=True)
-    created_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
-    )
-    revoked_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
-    )
+    created_by = read_only_by("username")
+    revoked_by = read_only_by("username")
 
     class Meta:
         model = TenantKey

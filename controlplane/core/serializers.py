@@ -56,3 +56,8 @@ class StrictModelSerializer(StrictFieldsMixin, serializers.ModelSerializer[Any])
         models.FloatField: StrictFloatField,
     }
     serializer_related_field = StrictPrimaryKeyRelatedField
+
+
+def read_only_by(slug_field: str = "name") -> serializers.SlugRelatedField[Any]:
+    """A related record shown by its name (or ``slug_field``), read-only."""
+    return serializers.SlugRelatedField(slug_field=slug_field, read_only=True)

@@ -8,7 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.core.serializers import StrictFieldsMixin
+from controlplane.core.serializers import StrictFieldsMixin, read_only_by
 from controlplane.plans.models import Plan, PlanAllocation, PlanRouting, ReplanRun
 
 
@@ -57,15 +57,9 @@ _PLAN_SUMMARY_FIELDS: tuple[str, ...] = (
 class PlanSerializer(serializers.ModelSerializer[Plan]):
     """A plan in a list: its state, figures and who made and decided it."""
 
-    created_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
-    )
-    approved_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
-    )
-    rejected_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
-    )
+    created_by = read_only_by("username")
+    approved_by = read_only_by("username")
+    rejected_by = read_only_by("username")
     stale_figure_count = serializers.SerializerMethodField()
 
     class Meta:
@@ -150,9 +144,7 @@ class ReplanRunSerializer(serializers.ModelSerializer[ReplanRun]):
     """A re-plan run: its status, timing and error, the plan it made, and its ``reason`` (why
     beyond the trigger, e.g. the drift alerts behind a drift re-plan; empty when none)."""
 
-    requested_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
-    )
+    requested_by = read_only_by("username")
     plan_version = serializers.SerializerMethodField()
 
     class Meta:

@@ -23,6 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.core.api import ReadOnlyViewSet
+from controlplane.core.serializers import read_only_by
 from controlplane.core.tenancy import TENANT_OWN, request_principal
 from controlplane.policies.models import PROFILE_FIGURES, WorkloadProfile
 from controlplane.telemetry import drift
@@ -122,18 +123,10 @@ class ObservedWorkloadSerializer(serializers.ModelSerializer[ObservedWorkload]):
 
 
 class TelemetryProfileSerializer(serializers.ModelSerializer[WorkloadProfile]):
-    tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
-    )
-    model: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
-    )
-    workload_class: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
-    )
-    region: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
-    )
+    tenant = read_only_by()
+    model = read_only_by()
+    workload_class = read_only_by()
+    region = read_only_by()
     lower_bounds = serializers.SerializerMethodField(
         help_text='Censored figures as they read: "≥ 5,000" (beyond the top histogram bucket).'
     )
@@ -191,24 +184,12 @@ class SampleSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class DriftAlertSerializer(serializers.ModelSerializer[DriftAlert]):
-    tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
-    )
-    model: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
-    )
-    region: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
-    )
-    workload_class: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
-    )
-    shape: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
-    )
-    acknowledged_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
-    )
+    tenant = read_only_by()
+    model = read_only_by()
+    region = read_only_by()
+    workload_class = read_only_by()
+    shape = read_only_by()
+    acknowledged_by = read_only_by("username")
     replica_delta = serializers.IntegerField(read_only=True, allow_null=True)
 
     class Meta:
@@ -245,12 +226,8 @@ class DriftAlertSerializer(serializers.ModelSerializer[DriftAlert]):
 
 
 class PoolDriftAlertSerializer(serializers.ModelSerializer[PoolDriftAlert]):
-    model: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
-    )
-    region: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
-    )
+    model = read_only_by()
+    region = read_only_by()
     replica_delta = serializers.IntegerField(read_only=True, allow_null=True)
     cost_per_hour_delta = serializers.FloatField(read_only=True, allow_null=True)
     tenant_alerts: serializers.PrimaryKeyRelatedField[Any] = serializers.PrimaryKeyRelatedField(
