@@ -154,6 +154,12 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "web:login"
 
 REST_FRAMEWORK = {
+    # DRF's JSON renderer, which renders a body marked as never changing once per process
+    # (controlplane.core.renderers), and the browsable API.
+    "DEFAULT_RENDERER_CLASSES": [
+        "controlplane.core.renderers.RenderedOnceJSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
         # Tenant keys: "Authorization: Bearer <key>", one tenant's records only (docs/api.md).

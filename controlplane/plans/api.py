@@ -22,6 +22,7 @@ from rest_framework.serializers import BaseSerializer
 
 from controlplane.core.api import ReadOnlyViewSet
 from controlplane.core.filters import StrictFilterSet
+from controlplane.core.memo import RowMemo
 from controlplane.core.tenancy import TENANT_FLEET
 from controlplane.plans import selectors, services
 from controlplane.plans.models import Plan, ReplanRun
@@ -33,6 +34,10 @@ from controlplane.plans.serializers import (
     ReplanRequestSerializer,
     ReplanRunSerializer,
 )
+
+# The details of the last few plans served, while each is unchanged (``plans.selectors.
+# plan_detail_key``): shared by the requests of this process and never changed by them.
+PLAN_DETAILS: RowMemo[dict[str, Any] | None] = RowMemo(size=8)
 
 # Ids are bigints: longer digit strings cannot name a row (and would overflow the lookup).
 
@@ -102,10 +107,28 @@ class PlanViewSet(ReadOnlyViewSet):
     )
     @action(detail=False, methods=["get"], pagination_class=None)
     def active(self, request: Request) -> Response:
-        plan = selectors.plan_detail_queryset().filter(state=Plan.State.ACTIVE).first()
-        if plan is None:
+        key = selectors.plan_detail_key(state=Plan.State.ACTIVE)
+        if key is None:
             raise exceptions.NotFound("No plan is active yet: run a re-plan.")
-        return Response(self._detail(plan))
+        pk, created_at, decision = key
+        if self.tenant_principal is not None:
+            plan = selectors.plan_detail_queryset().filter(pk=pk).first()
+            if plan is None:
+                raise exceptions.NotFound("No plan is active yet: run a re-plan.")
+            return Response(self._detail(plan))
+        # The same plan, unchanged since: its detail as this process last served it, rendered
+        # once (a large fleet's plan is about 100 kB of JSON).
+        data = PLAN_DETAILS.get(pk, created_at, lambda: self._full_detail(pk), *decision)
+        if data is None:  # superseded and deleted since the key was read
+            raise exceptions.NotFound("No plan is active yet: run a re-plan.")
+        response = Response(data)
+        response.rendered_from = data  # type: ignore[attr-defined]
+        return response
+
+    @staticmethod
+    def _full_detail(pk: int) -> dict[str, Any] | None:
+        plan = selectors.plan_detail_queryset().filter(pk=pk).first()
+        return None if plan is None else dict(PlanDetailSerializer(plan).data)
 
     @extend_schema(
         summary="Re-plan now",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -18,6 +19,29 @@ from controlplane.plans.models import Plan, ReplanRun
 # plan's figures, or whose derived values are memoised per plan (``core.memo``), defer them;
 # a deferred field is read on its first access.
 PLAN_DOCUMENTS = ("problem", "solution", "explanation", "diff", "binding")
+
+
+# What of a stored plan changes after it is written: its state, its decision and who made it
+# (and those users' names, which the API shows). Everything else a plan's detail shows (its
+# figures, documents, allocations and routing) is written with the plan and never changes.
+PLAN_DECISION = (
+    "state",
+    "activated_at",
+    "approved_by__username",
+    "rejected_at",
+    "rejected_by__username",
+    "created_by__username",
+)
+
+
+def plan_detail_key(**filters: Any) -> tuple[int, datetime, tuple[Any, ...]] | None:
+    """The first plan ``filters`` select, as one small row: its id, its creation time and
+    ``PLAN_DECISION``; together they name what its detail shows. None if none is selected."""
+    row = Plan.objects.filter(**filters).order_by("pk").values("pk", "created_at", *PLAN_DECISION)
+    found = row.first()
+    if found is None:
+        return None
+    return found["pk"], found["created_at"], tuple(found[name] for name in PLAN_DECISION)
 
 
 def plan_active(*, for_update: bool = False) -> Plan | None:

@@ -7,13 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.plans.models import Plan, ReplanRun
+from controlplane.plans.serializers import PlanDetailSerializer
 from controlplane.plans.services import replan_request
+from controlplane.policies.models import Tenant
 from tests.controlplane.api_harness import MALFORMED_BODIES
 from tests.controlplane.plans_helpers import (
     load_support_assistant,
@@ -21,6 +24,7 @@ from tests.controlplane.plans_helpers import (
     run_replan,
     shrink_region,
 )
+from tests.controlplane.tenant_key_support import issue_key, key_client
 
 pytestmark = pytest.mark.django_db
 
@@ -192,6 +196,49 @@ def test_approve_activates_and_supersedes(plans: tuple[Plan, Plan], api_client_f
     assert again.status_code == 400
     error = again.json()["error"]
     assert error["code"] == "invalid" and "state" in error["fields"]
+
+
+def test_the_active_plan_is_rendered_once_while_it_is_unchanged(
+    plans: tuple[Plan, Plan], api_client_for: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = plans
+    details: list[int] = []
+    serialize = PlanDetailSerializer.to_representation
+
+    def counting(self: PlanDetailSerializer, plan: Plan) -> Any:
+        details.append(plan.pk)
+        return serialize(self, plan)
+
+    monkeypatch.setattr(PlanDetailSerializer, "to_representation", counting)
+    client = api_client_for(POLICY_ADMIN)
+    one = client.get("/api/plans/active/")
+    with CaptureQueriesContext(connection) as queries:
+        two = client.get("/api/plans/active/")
+    assert one.content == two.content and one.json()["version"] == first.version
+    assert details == [first.pk]
+    # Unchanged: one small row is read for the plan, none of its documents or rows.
+    sql = " ".join(q["sql"] for q in queries)
+    assert '"solution"' not in sql and "plans_planrouting" not in sql
+    # Approving the second plan changes which plan is active and who approved it.
+    client.post(f"/api/plans/{second.pk}/approve/")
+    approved = client.get("/api/plans/active/").json()
+    assert (approved["version"], approved["approved_by"]) == (second.version, "admin-user")
+    # A name the detail shows changes it too.
+    User.objects.filter(username="admin-user").update(username="admin-renamed")
+    assert client.get("/api/plans/active/").json()["approved_by"] == "admin-renamed"
+    assert details == [first.pk, second.pk, second.pk, second.pk]
+
+
+def test_a_tenant_key_reads_the_active_plan_cut_to_its_tenant(
+    plans: tuple[Plan, Plan],
+) -> None:
+    first, _ = plans
+    tenant = Tenant.objects.order_by("name").first()
+    assert tenant is not None
+    body = key_client(issue_key(tenant)).get("/api/plans/active/").json()
+    assert body["version"] == first.version
+    assert {row["tenant"] for row in body["routing"]} == {tenant.name}
+    assert "explanation" not in body
 
 
 def test_malformed_bodies_never_reach_a_500(plans: tuple[Plan, Plan], api_client_for: Any) -> None:
