@@ -281,12 +281,15 @@ def percentile(values: Sequence[float], q: float) -> float:
 class Load:
     """Builds and sends the mix's requests; remembers each quota's last ETag."""
 
-    def __init__(self, base: str, fx: Fixture, seed: int) -> None:
+    def __init__(
+        self, base: str, fx: Fixture, seed: int, only: Sequence[str] | None = None
+    ) -> None:
         self.base = base
         self.fx = fx
         self.rng = random.Random(seed)
-        self.kinds = [name for name, _ in MIX]
-        self.weights = [weight for _, weight in MIX]
+        mix = [(name, weight) for name, weight in MIX if not only or name in only]
+        self.kinds = [name for name, _ in mix]
+        self.weights = [weight for _, weight in mix]
         self.etags: dict[int, str] = {}
         self.next_quota = 0
         common = {"Host": "127.0.0.1", "X-Forwarded-Proto": "https"}
@@ -588,6 +591,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--warm-rounds", type=int, default=8, help="rounds of the whole mix before the steps"
     )
     parser.add_argument("--all-steps", action="store_true", help="do not stop past the knee")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=[name for name, _ in MIX],
+        metavar="KIND",
+        help="send only this kind of the mix (repeatable), e.g. 'api tenant quota detail'",
+    )
     parser.add_argument("--side-jobs-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -646,7 +656,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[StepResult] = []
     try:
         wait_until_up(port, web)
-        load = Load(f"http://127.0.0.1:{port}", fx, args.seed)
+        load = Load(f"http://127.0.0.1:{port}", fx, args.seed, args.only)
         asyncio.run(load.warm(rounds=args.warm_rounds))
         if args.side_jobs:
             side = subprocess.Popen(
