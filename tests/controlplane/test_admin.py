@@ -12,8 +12,6 @@ from django.apps import apps
 from django.contrib import admin
 from django.contrib.auth.models import User
 from django.db import models
-from django.forms import MultiWidget
-from django.http import HttpResponse
 from django.test import Client, RequestFactory
 from django.urls import reverse
 from django.utils import timezone
@@ -33,6 +31,7 @@ from controlplane.fleet.models import (
     ZoneInventory,
 )
 from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
+from tests.controlplane.admin_support import admin_url, form_data
 
 APP_LABELS = ("fleet", "policies")
 
@@ -162,33 +161,6 @@ def admin_client_(role_users: dict[str, User | None]) -> Client:
     return _client_for(user)
 
 
-def _url(model: type[models.Model], view: str, *args: Any) -> str:
-    return reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_{view}", args=args)
-
-
-def _form_data(response: HttpResponse) -> dict[str, Any]:
-    """The POST body the rendered change form would send unchanged, inlines included."""
-    context = response.context  # type: ignore[attr-defined]
-    forms = [context["adminform"].form]
-    data: dict[str, Any] = {}
-    for inline in context.get("inline_admin_formsets", []):
-        management = inline.formset.management_form
-        for name in management.fields:
-            data[management.add_prefix(name)] = management[name].value()
-        forms.extend(inline.formset.forms)
-    for form in forms:
-        for bound in form:
-            value = bound.value()
-            if value is None or value is False:
-                continue
-            if isinstance(bound.field.widget, MultiWidget):
-                for i, part in enumerate(bound.field.widget.decompress(value)):
-                    data[f"{bound.html_name}_{i}"] = "" if part is None else part
-            else:
-                data[bound.html_name] = value
-    return data
-
-
 # -- registration and access -------------------------------------------------------------
 
 
@@ -207,10 +179,10 @@ def test_policy_admin_opens_every_page(
 ) -> None:
     obj = fleet[model._meta.model_name]  # type: ignore[index]
     for url in (
-        _url(model, "changelist"),
-        _url(model, "add"),
-        _url(model, "change", obj.pk),
-        _url(model, "history", obj.pk),
+        admin_url(model, "changelist"),
+        admin_url(model, "add"),
+        admin_url(model, "change", obj.pk),
+        admin_url(model, "history", obj.pk),
     ):
         response = admin_client_.get(url)
         assert response.status_code == 200, url
@@ -219,7 +191,7 @@ def test_policy_admin_opens_every_page(
 def test_changelist_search_filters_and_autocomplete_answer(
     admin_client_: Client, fleet: dict[str, models.Model]
 ) -> None:
-    tenants = _url(Tenant, "changelist")
+    tenants = admin_url(Tenant, "changelist")
     region_us = fleet["region_us"]
     for query, expect_acme in [
         ({"q": "acm"}, True),
@@ -254,7 +226,7 @@ def test_viewer_and_finance_without_staff_cannot_enter_the_admin(
     user = role_users[role]
     assert user is not None and not user.is_staff
     client = _client_for(user)
-    for url in (reverse("admin:index"), _url(Tier, "change", fleet["tier"].pk)):
+    for url in (reverse("admin:index"), admin_url(Tier, "change", fleet["tier"].pk)):
         response = client.get(url)
         assert response.status_code == 302
         assert response["Location"].startswith(reverse("admin:login"))
@@ -281,14 +253,14 @@ def test_viewer_and_finance_as_staff_can_look_but_not_change(
         assert not model_admin.has_delete_permission(request, obj), model._meta.label
 
     tier = fleet["tier"]
-    change_url = _url(Tier, "change", tier.pk)
+    change_url = admin_url(Tier, "change", tier.pk)
     response = client.get(change_url)
     assert response.status_code == 200
     assert response.context["has_change_permission"] is False
     assert 'name="_save"' not in response.content.decode()
 
-    assert client.get(_url(Tier, "add")).status_code == 403
-    assert client.post(_url(Tier, "delete", tier.pk), {"post": "yes"}).status_code == 403
+    assert client.get(admin_url(Tier, "add")).status_code == 403
+    assert client.post(admin_url(Tier, "delete", tier.pk), {"post": "yes"}).status_code == 403
     response = client.post(
         change_url,
         {"name": "gold", "p95_ttft_slo_s": "9", "failure_promise": "none", "priority": "0"},
@@ -306,8 +278,8 @@ def test_admin_change_writes_history_with_user_and_before_after(
     admin_client_: Client, role_users: dict[str, User | None], fleet: dict[str, models.Model]
 ) -> None:
     tier = fleet["tier"]
-    change_url = _url(Tier, "change", tier.pk)
-    data = _form_data(admin_client_.get(change_url))
+    change_url = admin_url(Tier, "change", tier.pk)
+    data = form_data(admin_client_.get(change_url))
     data["p95_ttft_slo_s"] = "1.5"
     data["burst_factor"] = "1.5"
 
@@ -325,7 +297,7 @@ def test_admin_change_writes_history_with_user_and_before_after(
     tier.refresh_from_db()
     assert tier.revision == 2
 
-    page = admin_client_.get(_url(Tier, "history", tier.pk)).content.decode()
+    page = admin_client_.get(admin_url(Tier, "history", tier.pk)).content.decode()
     assert "admin-user" in page
     assert "0.8" in page and "1.5" in page
 
@@ -335,8 +307,8 @@ def test_tenant_change_records_residency_regions_and_inline_quota(
 ) -> None:
     tenant = fleet["tenant"]
     quota = fleet["tenantquota"]
-    change_url = _url(Tenant, "change", tenant.pk)
-    data = _form_data(admin_client_.get(change_url))
+    change_url = admin_url(Tenant, "change", tenant.pk)
+    data = form_data(admin_client_.get(change_url))
     data["residency_regions"] = [fleet["region"].pk]
     data["quota-0-budget_burst_replica_s"] = "120"
     before = tenant.history.latest()
@@ -396,8 +368,8 @@ def test_tenant_form_refuses_bad_residency_with_the_message(
     fleet: dict[str, models.Model],
 ) -> None:
     tenant = fleet["tenant"]
-    change_url = _url(Tenant, "change", tenant.pk)
-    data = _form_data(admin_client_.get(change_url))
+    change_url = admin_url(Tenant, "change", tenant.pk)
+    data = form_data(admin_client_.get(change_url))
     for name, value in change.items():
         data[name] = (
             [fleet[key].pk for key in value] if isinstance(value, list) else fleet[value].pk
@@ -418,8 +390,8 @@ def test_tenant_form_refuses_bad_residency_with_the_message(
 def test_tenant_add_form_checks_residency_too(
     admin_client_: Client, fleet: dict[str, models.Model]
 ) -> None:
-    add_url = _url(Tenant, "add")
-    data = _form_data(admin_client_.get(add_url))
+    add_url = admin_url(Tenant, "add")
+    data = form_data(admin_client_.get(add_url))
     data.update(
         name="globex",
         tier=fleet["tier"].pk,
@@ -448,8 +420,8 @@ def test_admin_refuses_to_overwrite_a_change_made_since_the_form_opened(
     admin_client_: Client, fleet: dict[str, models.Model]
 ) -> None:
     tier = fleet["tier"]
-    change_url = _url(Tier, "change", tier.pk)
-    data = _form_data(admin_client_.get(change_url))
+    change_url = admin_url(Tier, "change", tier.pk)
+    data = form_data(admin_client_.get(change_url))
     assert data["expected_revision"] == 1
     data["p95_ttft_slo_s"] = "2"
 
@@ -469,7 +441,7 @@ def test_admin_refuses_to_overwrite_a_change_made_since_the_form_opened(
     tier.refresh_from_db()
     assert (tier.priority, tier.p95_ttft_slo_s, tier.revision) == (5, 0.8, 2)
 
-    data = _form_data(admin_client_.get(change_url))
+    data = form_data(admin_client_.get(change_url))
     data["p95_ttft_slo_s"] = "2"
     assert admin_client_.post(change_url, data).status_code == 302
     tier.refresh_from_db()
@@ -486,8 +458,8 @@ def test_revert_from_history_moves_the_revision_forward(
         tier.save()
     assert tier.revision == 3
 
-    revert_url = _url(Tier, "simple_history", tier.pk, first.history_id)
-    data = _form_data(admin_client_.get(revert_url))
+    revert_url = admin_url(Tier, "simple_history", tier.pk, first.history_id)
+    data = form_data(admin_client_.get(revert_url))
     assert data["expected_revision"] == 3
     response = admin_client_.post(revert_url, data)
 
@@ -504,21 +476,23 @@ def test_shape_and_model_pages_show_derived_memory_figures(
     admin_client_: Client, fleet: dict[str, models.Model]
 ) -> None:
     shape = fleet["replicashape"]
-    page = admin_client_.get(_url(ReplicaShape, "change", shape.pk)).content.decode()
+    page = admin_client_.get(admin_url(ReplicaShape, "change", shape.pk)).content.decode()
     assert "KV pool per replica" in page
     assert "70.0 GB" in page  # weights per GPU: 140 GB over 2
     assert "8.0 GB" in page  # 2 × (80 − 70 − 6)
     assert "24,414" in page  # 8e9 // 327,680
 
-    listing = admin_client_.get(_url(ReplicaShape, "changelist")).content.decode()
+    listing = admin_client_.get(admin_url(ReplicaShape, "changelist")).content.decode()
     assert "8.0 GB" in listing and "24,414" in listing
 
-    model_page = admin_client_.get(_url(LlmModel, "change", fleet["llmmodel"].pk)).content.decode()
+    model_page = admin_client_.get(
+        admin_url(LlmModel, "change", fleet["llmmodel"].pk)
+    ).content.decode()
     assert "140.0 GB (140,000,000,000 bytes)" in model_page
     assert "327,680 B (0.312 MiB)" in model_page
 
     # An add form has no model yet: the derived fields are empty, not an error.
-    assert admin_client_.get(_url(ReplicaShape, "add")).status_code == 200
+    assert admin_client_.get(admin_url(ReplicaShape, "add")).status_code == 200
 
 
 def test_capacity_figures_show_age_and_stale_flag(
@@ -536,7 +510,7 @@ def test_capacity_figures_show_age_and_stale_flag(
             measured_at=timezone.now() - timedelta(days=2),
         )
     )
-    listing = admin_client_.get(_url(CapacityFigure, "changelist"))
+    listing = admin_client_.get(admin_url(CapacityFigure, "changelist"))
     cl = listing.context["cl"]
     assert {f.pk for f in cl.result_list} == {figure.pk, fresh.pk}
     content = listing.content.decode()
@@ -544,10 +518,12 @@ def test_capacity_figures_show_age_and_stale_flag(
     assert 'alt="True"' in content and 'alt="False"' in content
 
     for freshness, expected in [("stale", {figure.pk}), ("fresh", {fresh.pk})]:
-        response = admin_client_.get(_url(CapacityFigure, "changelist"), {"freshness": freshness})
+        response = admin_client_.get(
+            admin_url(CapacityFigure, "changelist"), {"freshness": freshness}
+        )
         assert {f.pk for f in response.context["cl"].result_list} == expected
 
-    page = admin_client_.get(_url(CapacityFigure, "change", figure.pk)).content.decode()
+    page = admin_client_.get(admin_url(CapacityFigure, "change", figure.pk)).content.decode()
     assert timesince(figure.measured_at) in page
     assert 'alt="True"' in page
 
@@ -555,7 +531,7 @@ def test_capacity_figures_show_age_and_stale_flag(
 def test_tenant_page_shows_allowed_regions_and_revision(
     admin_client_: Client, fleet: dict[str, models.Model]
 ) -> None:
-    page = admin_client_.get(_url(Tenant, "change", fleet["tenant"].pk)).content.decode()
+    page = admin_client_.get(admin_url(Tenant, "change", fleet["tenant"].pk)).content.decode()
     assert "eu-north, eu-west" in page
-    listing = admin_client_.get(_url(Tenant, "changelist")).content.decode()
+    listing = admin_client_.get(admin_url(Tenant, "changelist")).content.decode()
     assert "eu · eu-north, eu-west" in listing

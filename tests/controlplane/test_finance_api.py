@@ -339,7 +339,6 @@ class TestStoredOnce(FinanceTest):
         assert after["plan_version"] == after_plan.version != before["plan_version"]
         assert after["rows"] != before["rows"]
 
-
     def test_a_stored_reports_body_is_rendered_once(
         self, api_client_for: Any, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -12,8 +12,6 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.db.models import Model
-from django.forms import MultiWidget
-from django.http import HttpResponse
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -22,6 +20,7 @@ from rest_framework.test import APIClient
 from controlplane.core.roles import POLICY_ADMIN
 from controlplane.policies.models import Tenant, Tier
 from controlplane.policies.services import tenant_save
+from tests.controlplane.admin_support import admin_url, form_data
 from tests.controlplane.api_harness import Records, an_hour_ago
 
 pytestmark = pytest.mark.django_db
@@ -180,41 +179,6 @@ def test_a_refused_no_op_write_is_still_refused(records: Records, admin_api: API
 # -- the admin ------------------------------------------------------------------------------
 
 
-def _admin_url(model: type[Model], view: str, *args: Any) -> str:
-    return reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_{view}", args=args)
-
-
-def _form_data(response: HttpResponse) -> dict[str, Any]:
-    """The POST body the rendered change form sends when nothing is edited, inlines included."""
-    context = response.context  # type: ignore[attr-defined]
-    forms = [context["adminform"].form]
-    data: dict[str, Any] = {}
-    for inline in context.get("inline_admin_formsets", []):
-        management = inline.formset.management_form
-        for name in management.fields:
-            data[management.add_prefix(name)] = management[name].value()
-        forms.extend(inline.formset.forms)
-    for form in forms:
-        for bound in form:
-            _put(data, bound.html_name, bound.field.widget, bound.value())
-            if bound.field.show_hidden_initial:
-                # A field with a callable default renders its initial value in a hidden input
-                # as well, and the form compares against what comes back in it.
-                initial = bound.field.prepare_value(bound.initial)
-                _put(data, bound.html_initial_name, bound.field.hidden_widget(), initial)
-    return data
-
-
-def _put(data: dict[str, Any], name: str, widget: Any, value: Any) -> None:
-    if value is None or value is False:
-        return
-    if isinstance(widget, MultiWidget):
-        for i, part in enumerate(widget.decompress(value)):
-            data[f"{name}_{i}"] = "" if part is None else part
-    else:
-        data[name] = value
-
-
 ADMIN_RECORDS: dict[str, Callable[[Records], Model]] = {
     "tier": lambda r: r.tier(),
     "tenant": lambda r: r.quota().tenant,
@@ -240,8 +204,8 @@ def test_saving_an_unchanged_admin_form_writes_no_history(
     assert user is not None
     client = Client()
     client.force_login(user)
-    url = _admin_url(type(record), "change", record.pk)
-    data = _form_data(client.get(url))
+    url = admin_url(type(record), "change", record.pk)
+    data = form_data(client.get(url))
     revision, history = _revision(record), _history_count(record)
 
     response = client.post(url, data)
