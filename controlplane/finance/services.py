@@ -184,13 +184,8 @@ class ForecastRow:
         }
 
 
-FORECAST_COLUMNS = (
-    "period",
-    "period_start",
-    "period_end",
-    "quantile",
-    "band_low_quantile",
-    "band_high_quantile",
+# The figures a forecast row sums over its group: each with the band's low and high edges.
+FORECAST_SUMS = (
     "replica_hours",
     "replica_hours_low",
     "replica_hours_high",
@@ -200,6 +195,15 @@ FORECAST_COLUMNS = (
     "cost",
     "cost_low",
     "cost_high",
+)
+FORECAST_COLUMNS = (
+    "period",
+    "period_start",
+    "period_end",
+    "quantile",
+    "band_low_quantile",
+    "band_high_quantile",
+    *FORECAST_SUMS,
     "sized_by",
 )
 
@@ -547,19 +551,8 @@ def finance_forecast(
         cells = _cells(snapshot, kind, moment, count)
         by_tenant = "tenant" in groups or "tier" in groups
         atoms = _forecast_atoms(snapshot, cells, by_tenant)
-        names = (
-            "replica_hours",
-            "replica_hours_low",
-            "replica_hours_high",
-            "gpu_hours",
-            "gpu_hours_low",
-            "gpu_hours_high",
-            "cost",
-            "cost_low",
-            "cost_high",
-        )
         rows = []
-        for k, key, q, sums in _group(atoms, groups, names):
+        for k, key, q, sums in _group(atoms, groups, FORECAST_SUMS):
             rows.append(
                 ForecastRow(
                     period=cells.spans[k],
