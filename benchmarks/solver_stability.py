@@ -224,12 +224,14 @@ class SpreadRun:
     run: Solve
 
 
-def measure_spread(seeds: int, reference_s: float) -> tuple[list[SpreadRun], dict[str, Any]]:
+def measure_spread(
+    seeds: int, reference_s: float, limits: Sequence[float] = (DEFAULT_LIMIT_S, REPLAN_LIMIT_S)
+) -> tuple[list[SpreadRun], dict[str, Any]]:
     runs: list[SpreadRun] = []
     references: dict[str, Any] = {}
     for size in SPREAD_SIZES:
         problem = size.problem(SPREAD_PROBLEM_SEED[size.label])
-        for limit in (DEFAULT_LIMIT_S, REPLAN_LIMIT_S):
+        for limit in limits:
             for seed in range(seeds):
                 run, _ = timed_solve(problem, time_limit_s=limit, seed=seed)
                 runs.append(SpreadRun(size.label, limit, seed, run))
@@ -387,6 +389,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=1, help="first problem seed (1)")
     parser.add_argument("--seeds", type=int, default=8, help="solver seeds in the spread (8)")
     parser.add_argument(
+        "--spread-limits",
+        type=float,
+        nargs="+",
+        default=[DEFAULT_LIMIT_S, REPLAN_LIMIT_S],
+        help="spread: the time limits to solve at (60 and 6 s); --reference-limit 0 skips "
+        "the reference",
+    )
+    parser.add_argument(
         "--limit", type=float, default=DEFAULT_LIMIT_S, help="stability solves' limit (60 s)"
     )
     parser.add_argument(
@@ -430,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.write_docs:
             write_docs(_section(STABILITY, text, started_load), args.docs, STABILITY)
     if args.only in (None, "spread"):
-        runs, references = measure_spread(args.seeds, args.reference_limit)
+        runs, references = measure_spread(args.seeds, args.reference_limit, args.spread_limits)
         raw["spread"] = [asdict(r) for r in runs]
         raw["spread_references"] = {
             k: (None if v[0] is None else asdict(v[0]), v[1]) for k, v in references.items()
