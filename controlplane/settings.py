@@ -219,6 +219,9 @@ CELERY_TASK_ALWAYS_EAGER = CELERY_BROKER_URL == ""
 # in the web request that sent them (controlplane/core/isolated.py). The test suite runs them
 # in-process on its own database; its isolation test turns this back on.
 HEADROOM_ISOLATE_TASKS = envbool("HEADROOM_ISOLATE_TASKS", True)
+# When a plan becomes active, a task computes and stores its finance snapshot and the monthly
+# forecast and showback, so that no web request pays for them (controlplane/finance/tasks.py).
+HEADROOM_FINANCE_WARM = envbool("HEADROOM_FINANCE_WARM", True)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

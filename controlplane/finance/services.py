@@ -30,15 +30,18 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.core.memo import RowMemo
+from controlplane.core.tasks import task_send_on_commit
 from controlplane.finance import selectors
 from controlplane.finance.models import FinanceReport, FinanceSnapshot, PromisePricing
 from controlplane.finance.snapshot import horizon_for, snapshot_arrays, snapshot_compute
 from controlplane.plans.conf import replan_settings
 from controlplane.plans.models import Plan
+from controlplane.plans.signals import plan_activated
 from planner import placement
 from planner.forecast.finance import (
     HOURS_PER_MONTH,
@@ -1240,3 +1243,39 @@ def _planned_for(
                 out[(span.label, key)] = sums
             break
     return out
+
+
+# -- ahead of the first read ------------------------------------------------------------------
+
+FINANCE_WARM_TASK = "headroom.finance.warm"
+
+
+def finance_warm(*, plan_id: int, now: datetime | None = None) -> FinanceSnapshot | None:
+    """Compute and store what finance serves for the active plan ``plan_id`` before anyone
+    asks: its snapshot for the horizon of ``now``, the monthly forecast and the monthly
+    showback (what the operators' pages and most dashboards read first). Without it the first
+    finance read after an activation computes them in a web request (seconds of CPU on a large
+    fleet). None, and nothing done, when ``plan_id`` is no longer the active plan."""
+    active = selectors.plan_active_with_rows()
+    if active is None or active.pk != plan_id:
+        return None
+    moment = now or timezone.now()
+    try:
+        snapshot = finance_snapshot(now=moment)
+        finance_forecast(period="month", now=moment)
+        finance_showback(period="month", now=moment)
+    except NoActivePlan:
+        return None  # superseded and gone meanwhile: nothing left to warm
+    return snapshot
+
+
+def _on_plan_activated(sender: Any, *, plan: Plan, **kwargs: Any) -> None:
+    # Once the activation commits; a broker that cannot be reached only loses the head start
+    # (the first read computes what the task would have).
+    if settings.HEADROOM_FINANCE_WARM:
+        task_send_on_commit(FINANCE_WARM_TASK, plan.pk, robust=True)
+
+
+def connect() -> None:
+    """Warm the finance reports of every plan that becomes active (``FinanceConfig.ready``)."""
+    plan_activated.connect(_on_plan_activated, dispatch_uid="finance.warm")
