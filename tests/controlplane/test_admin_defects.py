@@ -13,7 +13,8 @@ from django.test import Client
 
 from controlplane.plans.models import Plan, ReplanRun
 from controlplane.policies.models import Tenant, TenantQuota, Tier
-from tests.controlplane.test_admin import _form_data, _url, admin_client_, fleet
+from tests.controlplane.admin_support import admin_url, form_data
+from tests.controlplane.test_admin import admin_client_, fleet
 
 __all__ = ["admin_client_", "fleet"]
 
@@ -26,8 +27,8 @@ def test_saving_a_tenant_unchanged_changes_nothing(
     tenant, quota = fleet["tenant"], fleet["tenantquota"]
     tenant_rows, quota_rows = tenant.history.count(), quota.history.count()
     revisions = (tenant.revision, quota.revision)
-    change_url = _url(Tenant, "change", tenant.pk)
-    response = admin_client_.post(change_url, _form_data(admin_client_.get(change_url)))
+    change_url = admin_url(Tenant, "change", tenant.pk)
+    response = admin_client_.post(change_url, form_data(admin_client_.get(change_url)))
     assert response.status_code == 302
     tenant.refresh_from_db()
     quota.refresh_from_db()
@@ -40,9 +41,9 @@ def test_saving_a_tier_unchanged_changes_nothing(
 ) -> None:
     tier = fleet["tier"]
     rows, revision = tier.history.count(), tier.revision
-    change_url = _url(Tier, "change", tier.pk)
+    change_url = admin_url(Tier, "change", tier.pk)
     assert (
-        admin_client_.post(change_url, _form_data(admin_client_.get(change_url))).status_code == 302
+        admin_client_.post(change_url, form_data(admin_client_.get(change_url))).status_code == 302
     )
     tier.refresh_from_db()
     assert (tier.revision, tier.history.count()) == (revision, rows)
@@ -53,8 +54,8 @@ def test_one_save_writes_one_history_row_with_the_regions(
 ) -> None:
     tenant = fleet["tenant"]
     rows = tenant.history.count()
-    change_url = _url(Tenant, "change", tenant.pk)
-    data = _form_data(admin_client_.get(change_url))
+    change_url = admin_url(Tenant, "change", tenant.pk)
+    data = form_data(admin_client_.get(change_url))
     data["residency_regions"] = [fleet["region"].pk]
     data["display_name"] = "Acme Corp"
     assert admin_client_.post(change_url, data).status_code == 302
@@ -72,14 +73,14 @@ def test_revert_restores_the_residency_regions(
     assert sorted(r.region_id for r in both.residency_regions.all()) == sorted(
         [fleet["region"].pk, fleet["region_north"].pk]
     )
-    change_url = _url(Tenant, "change", tenant.pk)
-    data = _form_data(admin_client_.get(change_url))
+    change_url = admin_url(Tenant, "change", tenant.pk)
+    data = form_data(admin_client_.get(change_url))
     data["residency_regions"] = [fleet["region"].pk]
     assert admin_client_.post(change_url, data).status_code == 302
     assert [r.name for r in Tenant.objects.get(pk=tenant.pk).residency_regions.all()] == ["eu-west"]
 
-    revert_url = _url(Tenant, "simple_history", tenant.pk, both.history_id)
-    data = _form_data(admin_client_.get(revert_url))
+    revert_url = admin_url(Tenant, "simple_history", tenant.pk, both.history_id)
+    data = form_data(admin_client_.get(revert_url))
     assert sorted(data["residency_regions"]) == sorted(
         [fleet["region"].pk, fleet["region_north"].pk]
     )
@@ -92,15 +93,15 @@ def test_tenant_history_reads_in_words_and_lists_quota_changes(
     admin_client_: Client, fleet: dict[str, models.Model]
 ) -> None:
     tenant, quota = fleet["tenant"], fleet["tenantquota"]
-    change_url = _url(Tenant, "change", tenant.pk)
-    data = _form_data(admin_client_.get(change_url))
+    change_url = admin_url(Tenant, "change", tenant.pk)
+    data = form_data(admin_client_.get(change_url))
     data.pop("residency_geography", None)
     data["quota-0-budget_burst_replica_s"] = "90"
     response = admin_client_.post(change_url, data)
     assert response.status_code == 302, response.context["adminform"].form.errors
     quota.refresh_from_db()
     assert quota.budget_burst_replica_s == 90
-    body = admin_client_.get(_url(Tenant, "history", tenant.pk)).content.decode()
+    body = admin_client_.get(admin_url(Tenant, "history", tenant.pk)).content.decode()
     assert "pk=None" not in body
     assert ">None<" not in body.replace(" ", "").replace("\n", "")
     assert "Quota changes" in body
@@ -112,8 +113,8 @@ def test_an_overflowing_number_is_refused_and_kept(
     admin_client_: Client, fleet: dict[str, models.Model]
 ) -> None:
     tier = fleet["tier"]
-    change_url = _url(Tier, "change", tier.pk)
-    data = _form_data(admin_client_.get(change_url))
+    change_url = admin_url(Tier, "change", tier.pk)
+    data = form_data(admin_client_.get(change_url))
     data["p95_ttft_slo_s"] = "1e309"
     response = admin_client_.post(change_url, data)
     assert response.status_code == 200
@@ -126,7 +127,7 @@ def test_an_overflowing_number_is_refused_and_kept(
 def test_labels_in_words_and_the_tier_picker_shows_slo_and_promise(
     admin_client_: Client, fleet: dict[str, models.Model]
 ) -> None:
-    body = admin_client_.get(_url(Tenant, "change", fleet["tenant"].pk)).content.decode()
+    body = admin_client_.get(admin_url(Tenant, "change", fleet["tenant"].pk)).content.decode()
     assert "Budget refill (replica-seconds per second)" in body
     assert "Budget rate replica s per s" not in body
     assert "gold — p95 TTFT ≤ 0.8 s, none, priority 0" in body
@@ -136,7 +137,7 @@ def test_replan_now_on_an_empty_database_makes_no_plan_and_says_why(
     admin_client_: Client, django_capture_on_commit_callbacks: Any
 ) -> None:
     with django_capture_on_commit_callbacks(execute=True):
-        response = admin_client_.post(_url(Plan, "replan"))
+        response = admin_client_.post(admin_url(Plan, "replan"))
     assert response.status_code == 302
     assert Plan.objects.count() == 0
     run = ReplanRun.objects.get()
@@ -183,9 +184,9 @@ def test_quota_inline_unchanged_keeps_its_revision(
 ) -> None:
     quota = fleet["tenantquota"]
     revision = quota.revision
-    change_url = _url(TenantQuota, "change", quota.pk)
+    change_url = admin_url(TenantQuota, "change", quota.pk)
     assert (
-        admin_client_.post(change_url, _form_data(admin_client_.get(change_url))).status_code == 302
+        admin_client_.post(change_url, form_data(admin_client_.get(change_url))).status_code == 302
     )
     quota.refresh_from_db()
     assert quota.revision == revision
