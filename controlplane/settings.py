@@ -114,15 +114,13 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The embedded default shares one SQLite file between the web workers, the in-process
-    # task threads and the isolated task processes. Write-ahead logging lets reads go on
-    # while one of them writes; a transaction takes the write lock when it begins, so two
-    # that read and then write wait for each other rather than one failing at once with
-    # "database is locked" (SQLite cannot make a reader a writer while another writes); and a
-    # writer waits up to HEADROOM_SQLITE_BUSY_TIMEOUT_S for the lock.
+    # task threads and the isolated task processes. A transaction takes the write lock when
+    # it begins, so two that read and then write wait for each other rather than one failing
+    # at once with "database is locked" (SQLite cannot make a reader a writer while another
+    # writes); and a statement waits up to HEADROOM_SQLITE_BUSY_TIMEOUT_S for a lock.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         timeout=envint("HEADROOM_SQLITE_BUSY_TIMEOUT_S", 30, minimum=1),
         transaction_mode="IMMEDIATE",
-        init_command="PRAGMA journal_mode=WAL;",
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
