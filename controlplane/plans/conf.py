@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ImproperlyConfigured
 
-from controlplane.core.conf import setting_int, setting_number
+from controlplane.core.conf import setting_bool, setting_int, setting_number
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,10 @@ class ReplanSettings:
     band_high: float
     horizon_hours: int
     history_days: int
+    #: Replay each plan against its demands' arrivals and re-solve until it holds their TTFT
+    #: objectives (``planner.placement.verified``), at most this many re-solves.
+    replay_verify: bool = True
+    replay_max_rounds: int = 4
 
 
 def _quantile(name: str, default: float) -> float:
@@ -69,4 +73,6 @@ def replan_settings() -> ReplanSettings:
         band_high=high,
         horizon_hours=setting_int("HEADROOM_FORECAST_HORIZON_HOURS", 168, positive=True),
         history_days=setting_int("HEADROOM_FORECAST_HISTORY_DAYS", 56, positive=True),
+        replay_verify=setting_bool("HEADROOM_REPLAY_VERIFY", True),
+        replay_max_rounds=setting_int("HEADROOM_REPLAY_MAX_ROUNDS", 4, minimum=0),
     )

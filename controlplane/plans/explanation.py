@@ -50,6 +50,51 @@ def _planner_account(problem: Mapping[str, Any], solution: Mapping[str, Any]) ->
     return explain(problem, solution, promise_prices=False).lines()
 
 
+def verification_sentences(verification: Mapping[str, Any]) -> list[str]:
+    """The replay's verdict in sentences: the headline, each demand that misses, each demand
+    whose load was raised to hold, and the rounds it took."""
+    if not verification.get("replayed"):
+        if verification.get("disabled"):
+            return ["Not replayed: replay verification is off (HEADROOM_REPLAY_VERIFY)."]
+        return ["Not replayed: no demand has a TTFT objective."]
+    demands = verification.get("demands", [])
+    judged = [v for v in demands if v.get("holds") is not None]
+    logs = sum(1 for v in demands if v.get("source") == "request log")
+    rounds = verification.get("rounds", [])
+    if verification.get("holds"):
+        head = (
+            f"Replay holds: all {len(judged)} demands with an objective keep their p95 TTFT "
+            "in every failure their promise covers"
+        )
+    else:
+        missing = [v for v in judged if v.get("holds") is False]
+        head = f"Replay misses: {len(missing)} of {len(judged)} demands miss their p95 TTFT"
+    lines = [
+        f"{head} ({logs} replayed from request logs, {len(demands) - logs} from synthesised "
+        f"arrivals; {len(rounds)} solve{'s' if len(rounds) != 1 else ''})."
+    ]
+    for v in demands:
+        if v.get("holds") is False:
+            worst = v.get("worst_p95_ttft_s")
+            shown = f"{worst:.2f} s" if isinstance(worst, int | float) else "unbounded"
+            lines.append(
+                f"{v['demand']}: p95 TTFT {shown} with {v['worst_scenario']}, objective "
+                f"{v['ttft_slo_s']:g} s."
+            )
+    for demand, raised in sorted(verification.get("raised", {}).items()):
+        lines.append(
+            f"{demand}: load raised from burst {raised['burst_before']:g} to "
+            f"{raised['burst']:g} so that its replay holds."
+        )
+    for short in verification.get("shortfalls", []):
+        if short.get("needed_live") is None:
+            lines.append(
+                f"{short['shape']} in {short['region']} ({short['scenario']}): no number of "
+                "replicas holds its demands' p95 TTFT (the prefill alone is too slow)."
+            )
+    return lines
+
+
 def plan_explanation(
     *,
     version: int,
@@ -105,6 +150,11 @@ def plan_explanation(
     }
     if solution.get("status") != "invalid":
         out["planner"] = _planner_account(problem, solution)
+        out["excluded_shapes"] = [
+            f"{row['shape']} is not eligible for {row['demand']}: {row['reason']}."
+            for row in solution.get("excluded_shapes", [])
+        ]
+        out["verification"] = verification_sentences(solution.get("verification") or {})
     if trigger:
         out["trigger"] = trigger
     return out

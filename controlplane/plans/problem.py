@@ -26,6 +26,7 @@ from controlplane.fleet.models import (
 )
 from controlplane.fleet.selectors import planning_figures, planning_target_utilization
 from controlplane.policies.models import Tier, WorkloadProfile
+from controlplane.telemetry import traces
 from planner.capacity import workload
 from planner.errors import PlannerInputError
 from planner.placement.problem import DEFAULT_TARGET_UTILIZATION, PROBLEM_FORMAT
@@ -191,6 +192,19 @@ def _demands(
         }
         if profile.residence_s is not None:
             demand["residence_s"] = _num(profile.residence_s)
+        demand["ttft_slo_s"] = _num(tier.p95_ttft_slo_s)
+        demand["prompt_tokens_p95"] = _num(profile.prompt_tokens_p95)
+        demand["output_tokens_p95"] = _num(profile.output_tokens_p95)
+        dispersion = (profile.burstiness or {}).get("dispersion")
+        if isinstance(dispersion, int | float) and math.isfinite(dispersion) and dispersion > 0:
+            demand["arrival_scv"] = float(f"{max(float(dispersion), 1e-3):.4g}")
+        if profile.source == WorkloadProfile.Source.TELEMETRY:
+            trace = traces.trace_latest(
+                tenant=tenant.name, model=profile.model.name, region=home.name
+            )
+            if trace is not None:
+                # The re-plan replays these arrivals (plans.services, planner.placement.replay).
+                demand["request_trace"] = trace.pk
         if tenant.spill_allowed and tenant.max_spill_rtt_ms is not None:
             demand["max_spill_rtt_ms"] = _num(tenant.max_spill_rtt_ms)
         demand["promise"] = tier.failure_promise

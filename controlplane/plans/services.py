@@ -62,9 +62,12 @@ from controlplane.plans.models import Plan, PlanAllocation, PlanDecision, PlanRo
 from controlplane.plans.problem import problem_export
 from controlplane.plans.signals import plan_activated
 from controlplane.policies.models import WorkloadProfile
-from controlplane.telemetry.models import DriftAlert
+from controlplane.telemetry import traces
+from controlplane.telemetry.models import DriftAlert, RequestTrace
 from planner import placement
 from planner.errors import PlannerInputError
+from planner.placement import verified
+from planner.placement.replay import Traffic
 
 logger = logging.getLogger(__name__)
 
@@ -303,6 +306,53 @@ def _solve(
     )
 
 
+def demand_traffic(problem: Mapping[str, Any]) -> dict[str, Traffic]:
+    """The request logs a re-plan replays: each demand that names a stored ``request_trace``
+    (a telemetry profile with an imported log), as ``planner.placement.replay.Traffic``."""
+    ids = {
+        int(d["request_trace"]): str(d["id"])
+        for d in problem.get("demands", [])
+        if isinstance(d.get("request_trace"), int)
+    }
+    out: dict[str, Traffic] = {}
+    for trace in RequestTrace.objects.filter(pk__in=ids):
+        arrival, prompt, output = traces.decode(trace.arrays)
+        if arrival.shape[0] == 0:
+            continue
+        out[ids[trace.pk]] = Traffic(
+            arrival_s=arrival,
+            prompt_tokens=prompt,
+            output_tokens=output,
+            requests_per_s=float(trace.peak_requests_per_s),
+        )
+    return out
+
+
+def solve_and_verify(
+    problem: Mapping[str, Any], *, settings: ReplanSettings
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Solve ``problem``; with ``replay_verify``, replay it against each demand's arrivals
+    and re-solve with raised loads until it holds (``planner.placement.verified``). Returns
+    the problem as solved (raised bursts in it) and the solution, whose ``verification``
+    holds the replay's verdicts."""
+    if not settings.replay_verify:
+        solution = _solve(problem, time_limit_s=settings.time_limit_s, settings=settings)
+        solution["verification"] = {"replayed": False, "holds": None, "disabled": True}
+        return dict(problem), solution
+    result = verified.solve_verified(
+        problem,
+        demand_traffic(problem),
+        time_limit_s=settings.time_limit_s,
+        workers=settings.solver_workers,
+        seed=settings.solver_seed,
+        max_rounds=settings.replay_max_rounds,
+    )
+    solution = dict(result.solution)
+    if solution.get("status") != "invalid":
+        solution["verification"] = result.verification()
+    return result.problem, solution
+
+
 def _replan(*, run: ReplanRun, holder: str, settings: ReplanSettings) -> None:
     inputs = replan_inputs(settings=settings)
     if not inputs.problem.get("demands"):
@@ -315,7 +365,7 @@ def _replan(*, run: ReplanRun, holder: str, settings: ReplanSettings) -> None:
         _finish(run_id=run.pk, status=ReplanRun.Status.UNCHANGED, plan=newest)
         return
     problem = with_previous(inputs.problem, selectors.plan_active())
-    solution = _solve(problem, time_limit_s=settings.time_limit_s, settings=settings)
+    problem, solution = solve_and_verify(problem, settings=settings)
     _renew(holder=holder, settings=settings)
     band = _band(inputs.forecast, problem, solution, settings)
     _renew(holder=holder, settings=settings)
@@ -427,6 +477,12 @@ def plan_store(
     invalid = solution.get("status") == "invalid"
     if invalid:
         state, decision = Plan.State.PROPOSED, "Not activated: the problem was invalid."
+    elif replay_misses(solution):
+        state = Plan.State.AWAITING_APPROVAL
+        decision = (
+            f"Awaiting approval: {replay_misses(solution)}; re-solving with raised loads did not "
+            "close it. A policy admin must approve it."
+        )
     elif serves_less(diff):
         state = Plan.State.AWAITING_APPROVAL
         decision = (
@@ -478,6 +534,26 @@ def plan_store(
         if state == Plan.State.PROPOSED:
             plan = plan_activate(plan=plan)
     return plan
+
+
+def replay_misses(solution: Mapping[str, Any]) -> str:
+    """A sentence naming the demands whose replay misses their TTFT objective; empty when
+    the plan was not replayed or holds."""
+    verification = solution.get("verification") or {}
+    if not verification.get("replayed") or verification.get("holds"):
+        return ""
+    missing = [v for v in verification.get("demands", []) if v.get("holds") is False]
+    named = ", ".join(
+        f"{v['demand']} (p95 TTFT {_seconds(v.get('worst_p95_ttft_s'))} {v['worst_scenario']}, "
+        f"objective {v['ttft_slo_s']:g} s)"
+        for v in missing[:3]
+    )
+    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    return f"replayed arrivals miss the p95 TTFT objective of {len(missing)} demands: {named}{more}"
+
+
+def _seconds(value: object) -> str:
+    return f"{value:.2f} s" if isinstance(value, int | float) else "unbounded (never served)"
 
 
 def trigger_sentence(run: ReplanRun) -> str:

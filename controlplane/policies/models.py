@@ -369,6 +369,13 @@ class WorkloadProfile(models.Model):
         validators=RESIDENCE_S.validators,
         help_text=RESIDENCE_S.help("Mean time a request stays in the model stage, seconds."),
     )
+    burstiness = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="How clumped the arrivals are, from telemetry (planner.capacity.burstiness): "
+        "peaks over 1, 10 and 60 s, the inter-arrival scv, the index of dispersion, and the "
+        "resolution they were read at. Empty for a declared profile (Poisson is assumed).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     history = HistoricalRecords()
 

@@ -14,10 +14,11 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -25,7 +26,7 @@ from django.utils import timezone
 
 from controlplane.fleet.models import LlmModel, Region, WorkloadClass
 from controlplane.policies.models import PROFILE_FIGURES, Tenant, WorkloadProfile
-from controlplane.telemetry import histograms, selectors
+from controlplane.telemetry import histograms, selectors, traces
 from controlplane.telemetry.conf import TelemetrySettings, telemetry_settings
 from controlplane.telemetry.drift import drift_check, pool_drift_update, pool_token_shares
 from controlplane.telemetry.metrics import (
@@ -52,6 +53,7 @@ from controlplane.telemetry.models import (
     RunStatus,
     TelemetryPull,
 )
+from planner.capacity import burstiness
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +101,7 @@ class Observation:
     running_mean: float | None
     waiting_mean: float | None
     preemptions_per_s: float | None
+    burstiness: Mapping[str, float | int | None] = field(default_factory=dict)
 
 
 class NotEnoughData(Exception):
@@ -412,6 +415,35 @@ def workload_profiles_derive(
     return run
 
 
+def arrival_burstiness(
+    labels: LabelSet,
+    buckets: Sequence[tuple[datetime, float]],
+    bucket_s: int,
+    start: datetime,
+    end: datetime,
+) -> dict[str, float | int | None]:
+    """How clumped the label set's arrivals are: from its request log's trace where one
+    overlaps the window (1 s resolution), else from the request counts per bucket (at the
+    bucket width, the finest a pull allows; a bucket with no sample counts 0)."""
+    if labels.tenant:
+        trace = traces.trace_latest(
+            tenant=labels.tenant,
+            model=labels.model,
+            region=labels.region,
+            start=start,
+            end=end,
+        )
+        if trace is not None and trace.burstiness:
+            return dict(trace.burstiness)
+    if not buckets:
+        return {}
+    index = sorted({math.floor(stamp.timestamp() / bucket_s) for stamp, _ in buckets})
+    counts = np.zeros(index[-1] - index[0] + 1)
+    for stamp, value in buckets:
+        counts[math.floor(stamp.timestamp() / bucket_s) - index[0]] += value
+    return burstiness.from_counts(counts, float(bucket_s)).as_dict()
+
+
 def _derive(
     run: ProfileDerivation, conf: TelemetrySettings, start: datetime, end: datetime
 ) -> None:
@@ -447,6 +479,9 @@ def _derive(
         except NotEnoughData as exc:
             skipped.append({"series": str(labels), "reason": str(exc)})
             continue
+        obs = replace(
+            obs, burstiness=arrival_burstiness(labels, buckets, conf.bucket_s, start, end)
+        )
         if not labels.tenant:
             pools.append(obs)
             continue
@@ -580,6 +615,7 @@ def _version(
         censored=censored,
         unmeasured=unmeasured,
         pool_tenants=pool_tenants,
+        burstiness=dict(obs.burstiness),
         **figures,
     )
     profile.full_clean()
@@ -620,6 +656,7 @@ def _observed_row(
         running_mean=obs.running_mean,
         waiting_mean=obs.waiting_mean,
         preemptions_per_s=obs.preemptions_per_s,
+        burstiness=dict(obs.burstiness),
     )
 
 

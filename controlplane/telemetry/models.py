@@ -244,12 +244,50 @@ class ObservedWorkload(models.Model):
     running_mean = models.FloatField(null=True, blank=True)
     waiting_mean = models.FloatField(null=True, blank=True)
     preemptions_per_s = models.FloatField(null=True, blank=True)
+    burstiness = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="How clumped the arrivals are (planner.capacity.burstiness): peaks over 1, "
+        "10 and 60 s, the inter-arrival scv, the index of dispersion, and the resolution "
+        "they were read at (1 s from a request log, the bucket width from a pull).",
+    )
 
     class Meta:
         ordering = ["-derivation_id", "tenant", "model", "region", "workload_class"]
 
     def __str__(self) -> str:
         return f"{self.tenant}/{self.model}/{self.region}/{self.workload_class}"
+
+
+class RequestTrace(models.Model):
+    """The busiest hour of an imported request log for one (tenant, model, region): each
+    request's arrival (seconds from ``start``) and token counts, kept so that a plan can be
+    replayed against the real arrivals (``planner.placement.replay``).
+
+    ``arrays`` is a NumPy ``.npz`` archive (``arrival_s`` float64, ``prompt_tokens`` and
+    ``output_tokens`` int32): 16 bytes a request, so an hour of 20,000 requests is 320 kB.
+    ``peak_requests_per_s`` is the log's busiest bucket of ``HEADROOM_TELEMETRY_PEAK_S`` (the
+    figure its profile's rate is), which a replay scales to the demand's sized rate.
+    """
+
+    tenant = models.CharField(max_length=128)
+    model = models.CharField(max_length=128)
+    region = models.CharField(max_length=128)
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    requests = models.PositiveIntegerField()
+    peak_requests_per_s = models.FloatField()
+    burstiness = models.JSONField(default=dict, blank=True)
+    digest = models.CharField(max_length=64, unique=True, help_text="SHA-256 of the arrays.")
+    arrays = models.BinaryField()
+    imported_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["tenant", "model", "region", "-start"]
+        indexes = [models.Index(fields=["tenant", "model", "region", "start"])]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.model}/{self.region} from {self.start:%Y-%m-%d %H:%M}"
 
 
 class DriftAlert(models.Model):

@@ -23,7 +23,9 @@ prompt and output length histograms (``_bucket``/``_sum``/``_count``). The histo
 are a geometric grid of relative width ``resolution`` (1% by default; whole tokens below 100):
 a percentile read from it is within one bucket, about 1%, of the file's own, and the means
 are exact. Samples are inserted with "on conflict do nothing": importing a file twice stores
-nothing the second time.
+nothing the second time. The busiest hour of each (tenant, model, region) is also kept as a
+``RequestTrace`` (arrival times and token counts), which profiles read their burstiness from
+and re-plans replay (``controlplane.telemetry.traces``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from controlplane.telemetry.metrics import (
 )
 from controlplane.telemetry.models import ProfileDerivation
 from controlplane.telemetry.storage import SeriesKey, samples_store, series_ids
+from controlplane.telemetry.traces import traces_store
 
 FORMATS = ("azure", "jsonl", "csv")
 DEFAULT_RESOLUTION = 0.01
@@ -313,6 +316,7 @@ def requests_import(
             (ids[key], at, value) for key, points in samples.items() for at, value in points.items()
         ]
         stored = samples_store(rows=rows)
+        traces_store(records=records, peak_s=max(conf.peak_s, conf.bucket_s))
     run = workload_profiles_derive(window_start=start, window_end=end) if derive else None
     return ImportReport(
         requests=len(records),

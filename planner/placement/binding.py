@@ -75,6 +75,13 @@ def unserved_sentences(instance: Instance, plan: Plan) -> list[str]:
             out.append(f"{who}: {why}")
             continue
         accelerators = sorted({s.accelerator for s in shapes})
+        eligible = [s for s in shapes if problem.ineligible_reason(demand, s) is None]
+        if not eligible:
+            out.append(
+                f"{who}: no shape of {demand.model} can meet its p95 TTFT objective at any "
+                f"load ({'; '.join(str(problem.ineligible_reason(demand, s)) for s in shapes)})"
+            )
+            continue
         if not instance.routes_of[di]:
             out.append(
                 f"{who}: no zone of {_list(regions)} holds enough "

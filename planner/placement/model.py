@@ -119,6 +119,8 @@ class Instance:
                     for s in shapes_of_model[d.model]:
                         if (r, s.name) not in hostable:
                             continue
+                        if problem.ineligible_reason(d, s) is not None:
+                            continue  # the shape cannot meet the demand's TTFT at any load
                         load = rate * problem.request_cost_s(d, s) / s.target_utilization
                         conc = 0.0
                         if d.residence_s is not None and s.max_concurrency is not None:

@@ -123,6 +123,17 @@ class Demand:
     max_spill_rtt_ms: float | None
     promise: Promise
     priority: int
+    #: p95 time to first token the demand's tier promises, seconds (None: no SLO to check).
+    ttft_slo_s: float | None = None
+    #: Prompt and output tokens of the 95th-percentile request (None: unknown).
+    prompt_tokens_p95: float | None = None
+    output_tokens_p95: float | None = None
+    #: Burstiness of the arrivals: the index of dispersion a synthesised replay uses (1:
+    #: Poisson; ``planner.capacity.burstiness``).
+    arrival_scv: float = 1.0
+    #: Shapes a replay found unable to hold the objective at any replica count
+    #: (``planner.placement.verified``): not eligible for this demand.
+    excluded_shapes: tuple[str, ...] = ()
 
     @property
     def planned_requests_per_s(self) -> float:
@@ -222,6 +233,32 @@ class Problem:
         prefill = demand.prompt_tokens * (1.0 - demand.prefix_cache_hit_rate)
         return (
             prefill / shape.prefill_tokens_per_s + demand.output_tokens / shape.decode_tokens_per_s
+        )
+
+    def ineligible_reason(self, demand: Demand, shape: Shape) -> str | None:
+        """Why ``shape`` can never meet ``demand``'s TTFT objective at any load, or None.
+
+        The 95th-percentile prompt's prefill alone, ``prompt_tokens_p95 × (1 − hit rate) /
+        prefill_tokens_per_s``, is a floor under the p95 time to first token that no number
+        of replicas lowers: where it exceeds ``ttft_slo_s`` the shape is not eligible.
+        """
+        if shape.name in demand.excluded_shapes:
+            return (
+                f"its replayed arrivals miss the {demand.ttft_slo_s:g} s p95 TTFT objective on "
+                f"{shape.name} at any replica count (the prefill and round trip alone are too "
+                "slow)"
+            )
+        if demand.ttft_slo_s is None or demand.prompt_tokens_p95 is None:
+            return None
+        prefill_s = (
+            demand.prompt_tokens_p95 * (1.0 - demand.prefix_cache_hit_rate)
+        ) / shape.prefill_tokens_per_s
+        if prefill_s <= demand.ttft_slo_s:
+            return None
+        return (
+            f"the p95 prompt ({demand.prompt_tokens_p95:,.0f} tokens) takes {prefill_s:.2f} s to "
+            f"prefill on {shape.name} before any queueing, above the {demand.ttft_slo_s:g} s "
+            "p95 TTFT objective"
         )
 
     def serving_regions(self, demand: Demand) -> tuple[str, ...]:
@@ -538,6 +575,23 @@ def _parse_demands(
             raise _fail(f"{path}.promise", f"must be one of none, n+1, zone; got {promise_raw!r}")
         prio_raw = _optional(row, "priority")
         priority = 0 if prio_raw is None else _whole(prio_raw, f"{path}.priority", minimum=None)
+        slo_raw = _optional(row, "ttft_slo_s")
+        slo = None if slo_raw is None else _positive(slo_raw, f"{path}.ttft_slo_s")
+        p95_raw = _optional(row, "prompt_tokens_p95")
+        prompt_p95 = (
+            None if p95_raw is None else _non_negative(p95_raw, f"{path}.prompt_tokens_p95")
+        )
+        out95_raw = _optional(row, "output_tokens_p95")
+        output_p95 = (
+            None if out95_raw is None else _non_negative(out95_raw, f"{path}.output_tokens_p95")
+        )
+        scv_raw = _optional(row, "arrival_scv")
+        scv = 1.0 if scv_raw is None else _positive(scv_raw, f"{path}.arrival_scv")
+        excluded_raw = _optional(row, "excluded_shapes")
+        excluded = tuple(
+            _name(name, f"{path}.excluded_shapes[{j}]")
+            for j, name in enumerate(_list(excluded_raw or [], f"{path}.excluded_shapes"))
+        )
         out.append(
             Demand(
                 id=demand_id,
@@ -554,6 +608,11 @@ def _parse_demands(
                 max_spill_rtt_ms=spill,
                 promise=promise,
                 priority=priority,
+                ttft_slo_s=slo,
+                prompt_tokens_p95=prompt_p95,
+                output_tokens_p95=output_p95,
+                arrival_scv=scv,
+                excluded_shapes=excluded,
             )
         )
     return tuple(out)

@@ -849,7 +849,22 @@ def solution_dict(
         "routing": routing,
         "unserved": unserved,
         "binding": binding_sentences(instance, plan),
+        "excluded_shapes": excluded_shapes(problem),
     }
+
+
+def excluded_shapes(problem: Problem) -> list[dict[str, str]]:
+    """Each demand's shapes that cannot meet its TTFT objective at any load, with the reason
+    (``Problem.ineligible_reason``); sorted by demand and shape."""
+    out = []
+    for demand in sorted(problem.demands, key=lambda d: d.id):
+        for shape in sorted(problem.shapes, key=lambda s: s.name):
+            if shape.model != demand.model:
+                continue
+            reason = problem.ineligible_reason(demand, shape)
+            if reason is not None:
+                out.append({"demand": demand.id, "shape": shape.name, "reason": reason})
+    return out
 
 
 def solve(

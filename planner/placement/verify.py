@@ -87,6 +87,9 @@ class SpecDemand:
     max_spill_rtt_ms: float | None
     promise: str
     priority: int
+    ttft_slo_s: float | None = None
+    prompt_tokens_p95: float | None = None
+    excluded_shapes: tuple[str, ...] = ()
 
     @property
     def planned_rate(self) -> float:
@@ -142,6 +145,14 @@ class SpecProblem:
         """$/hour of one replica of ``shape`` in ``region``."""
         price = self.accelerators[shape.accelerator].price_per_gpu_hour
         return shape.gpus * price * self.regions[region].price_multiplier
+
+
+def _prefill_floor_s(demand: SpecDemand, shape: SpecShape) -> float:
+    """Seconds the demand's p95 prompt takes to prefill on ``shape`` (0 where unknown)."""
+    if demand.prompt_tokens_p95 is None:
+        return 0.0
+    prefill = demand.prompt_tokens_p95 * (1.0 - demand.prefix_cache_hit_rate)
+    return prefill / shape.prefill_tokens_per_s
 
 
 def cost_per_request(demand: SpecDemand, shape: SpecShape) -> float:
@@ -373,7 +384,19 @@ def read_spec_problem(problem: Mapping[str, Any]) -> SpecProblem:
             raise PlannerInputError(
                 f"{where}.priority", f"must be a whole number, got {priority!r}"
             )
+        slo = _optional_number(row, "ttft_slo_s", where)
+        prompt_p95 = _optional_number(row, "prompt_tokens_p95", where)
+        excluded = row.get("excluded_shapes") or []
+        if not isinstance(excluded, list) or not all(isinstance(x, str) for x in excluded):
+            raise PlannerInputError(f"{where}.excluded_shapes", "must be a list of shape names")
         demands[demand_id] = SpecDemand(
+            excluded_shapes=tuple(excluded),
+            ttft_slo_s=None if slo is None else _non_negative(slo, f"{where}.ttft_slo_s"),
+            prompt_tokens_p95=(
+                None
+                if prompt_p95 is None
+                else _non_negative(prompt_p95, f"{where}.prompt_tokens_p95")
+            ),
             id=demand_id,
             # The solver's default: a demand without a tenant is its own tenant.
             tenant=str(row.get("tenant") or demand_id),
@@ -529,6 +552,14 @@ def _read_routing(
             violations.append(
                 f"{where}: demand {demand.id} is for model {demand.model}, "
                 f"shape {shape.name} serves {shape.model}"
+            )
+        elif rate > 0 and shape.name in demand.excluded_shapes:
+            violations.append(f"{where}: {demand.id} is routed to {shape.name}, which it excludes")
+        elif rate > 0 and _prefill_floor_s(demand, shape) > (demand.ttft_slo_s or math.inf):
+            violations.append(
+                f"{where}: {demand.id} is routed to {shape.name}, whose p95 prompt prefill "
+                f"({_fmt(_prefill_floor_s(demand, shape))} s) exceeds its "
+                f"{_fmt(demand.ttft_slo_s or 0.0)} s TTFT objective"
             )
         elif rate > 0 and not spec.may_serve(demand, str(region)):
             if str(region) not in demand.allowed_regions:

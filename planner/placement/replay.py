@@ -1,0 +1,482 @@
+"""Replay verification: does a plan hold each demand's TTFT objective under real arrivals?
+
+A plan's replica counts come from a linear model (load ÷ target utilisation, with burst and
+failure floors). Whether they hold the latency objective depends on how the arrivals clump,
+which that model does not see. This module replays each demand's requests through the queue
+simulator (``planner.capacity.simulation``, first come first served, the replica-seconds
+model of ``docs/capacity-math.md``) against the replicas the plan puts where it routes them:
+
+* **traffic**: the demand's own request log where one is given (``Traffic``: arrival times
+  and token counts, its busiest hour), time-scaled so that the log's peak rate becomes the
+  demand's sized rate (``requests_per_s``, before burst: the burst is headroom, not traffic);
+  otherwise arrivals synthesised at that rate with the demand's measured dispersion
+  (``arrival_scv``) and lognormal token counts matching its mean and p95
+  (``synthesised_traffic``);
+* **routing**: each request goes to one of the demand's routes with the route's share of the
+  served rate (a low-discrepancy split, as a weighted gateway spreads them); the unserved
+  share is not replayed;
+* **pools**: the replicas of one shape in one region serve that region's requests for the
+  shape as one FCFS queue (the gateway balances across zones). A request's TTFT is its wait,
+  plus its prefill (``prompt × (1 − hit rate) / prefill_tokens_per_s``), plus the round trip
+  when it is served outside its home region;
+* **scenarios**: all replicas up; each zone of a region lost (the pools of that region keep
+  ``N − n_zone`` replicas), judged for demands promised ``zone``; one replica lost in every
+  pool, judged for demands promised ``n+1`` or ``zone``. Pools are independent queues under
+  fixed routing, so losing one replica everywhere at once gives each pool what losing one of
+  its own would.
+
+A demand **holds** when its p95 TTFT (nearest rank, over its replayed requests) is within its
+``ttft_slo_s`` in every scenario its promise covers. For a pool whose demands miss, the
+replay also finds the fewest live replicas that would hold them (bisection on the same
+requests): ``PoolShortfall.needed_live``, None where no number of replicas would (the prefill
+alone is too slow). ``planner.placement.verified`` re-solves with those figures.
+
+Deterministic: the same problem, solution, traffic and seed give the same report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from planner.capacity import burstiness, simulation
+from planner.errors import PlannerInputError
+from planner.placement.problem import Demand, Problem, Shape
+
+FloatArray = npt.NDArray[np.float64]
+
+#: The quantile the TTFT objective is read at.
+SLO_QUANTILE = 0.95
+#: Span of synthesised arrivals: long enough for a few thousand requests of the demand,
+#: between 10 minutes and an hour.
+SYNTH_REQUESTS = 4000
+SYNTH_MIN_S = 600.0
+SYNTH_MAX_S = 3600.0
+#: The most live replicas the shortfall search tries, as a multiple of the pool's own.
+SEARCH_LIMIT = 16
+
+_Z95 = NormalDist().inv_cdf(0.95)
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+
+ALL_UP = "all up"
+ONE_REPLICA = "one replica lost"
+
+
+def zone_scenario(zone: str) -> str:
+    return f"zone {zone} lost"
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Requests of one demand to replay: arrival times (seconds, non-decreasing, from 0) and
+    token counts, and the rate they stand for (``requests_per_s``: the log's peak rate, the
+    figure the demand was sized from), so that a demand sized higher or lower replays them
+    compressed or stretched in time."""
+
+    arrival_s: FloatArray
+    prompt_tokens: FloatArray
+    output_tokens: FloatArray
+    requests_per_s: float
+    source: str = "request log"
+
+    def __post_init__(self) -> None:
+        n = self.arrival_s.shape[0]
+        if n == 0 or self.prompt_tokens.shape[0] != n or self.output_tokens.shape[0] != n:
+            raise PlannerInputError("traffic", "needs one prompt and output count per arrival")
+        if not math.isfinite(self.requests_per_s) or self.requests_per_s <= 0:
+            raise PlannerInputError("traffic.requests_per_s", "must be a positive rate")
+
+
+def traffic_from_log(
+    arrival_s: npt.ArrayLike,
+    prompt_tokens: npt.ArrayLike,
+    output_tokens: npt.ArrayLike,
+    *,
+    requests_per_s: float,
+) -> Traffic:
+    """A request log's busiest hour as ``Traffic`` (times from the hour's start)."""
+    times = np.asarray(arrival_s, dtype=np.float64)
+    order = np.argsort(times, kind="stable")
+    times = times[order]
+    prompts = np.asarray(prompt_tokens, dtype=np.float64)[order]
+    outputs = np.asarray(output_tokens, dtype=np.float64)[order]
+    if times.shape[0] >= 2:
+        start, end = burstiness.busiest_window(times)
+    else:
+        start, end = float(times[0]), float(times[0])
+    keep = (times >= start) & (times <= end)
+    return Traffic(
+        arrival_s=times[keep] - start,
+        prompt_tokens=prompts[keep],
+        output_tokens=outputs[keep],
+        requests_per_s=requests_per_s,
+    )
+
+
+def _seed_of(text: str, seed: int) -> int:
+    digest = hashlib.sha256(f"{seed}:{text}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def _lognormal(mean: float, p95: float | None, n: int, rng: np.random.Generator) -> FloatArray:
+    """``n`` lengths with this mean and, where given and above it, this p95 (at least 1)."""
+    if mean <= 0:
+        return np.zeros(n)
+    sigma = 0.0
+    if p95 is not None and p95 > mean:
+        # ln p95 = μ + z·σ and ln mean = μ + σ²/2: σ² / 2 − z·σ + ln(p95 / mean) = 0.
+        disc = _Z95 * _Z95 - 2.0 * math.log(p95 / mean)
+        sigma = _Z95 - math.sqrt(disc) if disc > 0 else _Z95
+    if sigma <= 0:
+        return np.full(n, mean)
+    mu = math.log(mean) - sigma * sigma / 2.0
+    return np.exp(mu + sigma * rng.standard_normal(n))
+
+
+def synthesised_traffic(demand: Demand, *, seed: int = 0) -> Traffic:
+    """Arrivals at the demand's sized rate with its measured dispersion, and token counts
+    lognormal around its mean and p95, over ``SYNTH_REQUESTS`` requests' worth of time
+    (between ``SYNTH_MIN_S`` and ``SYNTH_MAX_S``)."""
+    rate = demand.requests_per_s
+    if rate <= 0:
+        raise PlannerInputError(f"demand {demand.id}", "has no requests to replay")
+    span = min(SYNTH_MAX_S, max(SYNTH_MIN_S, SYNTH_REQUESTS / rate))
+    own = _seed_of(demand.id, seed)
+    times = burstiness.synthesised_arrivals(rate, span, scv=demand.arrival_scv, seed=own)
+    rng = np.random.default_rng([own, 7])
+    n = times.shape[0]
+    return Traffic(
+        arrival_s=times,
+        prompt_tokens=_lognormal(demand.prompt_tokens, demand.prompt_tokens_p95, n, rng),
+        output_tokens=_lognormal(demand.output_tokens, demand.output_tokens_p95, n, rng),
+        requests_per_s=rate,
+        source="synthesised",
+    )
+
+
+@dataclass(frozen=True)
+class DemandVerdict:
+    """One demand's replay: p95 TTFT per scenario it is judged in, against its objective."""
+
+    demand: str
+    tenant: str
+    source: str
+    requests: int
+    ttft_slo_s: float | None
+    p95_ttft_s: Mapping[str, float]
+    worst_scenario: str
+    worst_p95_ttft_s: float
+    holds: bool | None  # None: no objective to judge
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "demand": self.demand,
+            "tenant": self.tenant,
+            "source": self.source,
+            "requests": self.requests,
+            "ttft_slo_s": self.ttft_slo_s,
+            "p95_ttft_s": {k: _finite(v) for k, v in self.p95_ttft_s.items()},
+            "worst_scenario": self.worst_scenario,
+            "worst_p95_ttft_s": _finite(self.worst_p95_ttft_s),
+            "holds": self.holds,
+        }
+
+
+@dataclass(frozen=True)
+class PoolShortfall:
+    """A pool (region × shape) whose demands miss their objective in one scenario: the live
+    replicas it had there and the fewest that hold them (None: no count does)."""
+
+    region: str
+    shape: str
+    scenario: str
+    live: int
+    needed_live: int | None
+    demands: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "region": self.region,
+            "shape": self.shape,
+            "scenario": self.scenario,
+            "live": self.live,
+            "needed_live": self.needed_live,
+            "demands": list(self.demands),
+        }
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    demands: tuple[DemandVerdict, ...]
+    shortfalls: tuple[PoolShortfall, ...]
+    seconds: float
+    quantile: float = SLO_QUANTILE
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def holds(self) -> bool:
+        """Every judged demand holds its objective."""
+        return all(v.holds is not False for v in self.demands)
+
+    def failing(self) -> list[DemandVerdict]:
+        return [v for v in self.demands if v.holds is False]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "quantile": self.quantile,
+            "holds": self.holds,
+            "seconds": round(self.seconds, 3),
+            "demands": [v.as_dict() for v in self.demands],
+            "shortfalls": [s.as_dict() for s in self.shortfalls],
+            "notes": list(self.notes),
+        }
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no infinity: a request that is never served reads as null."""
+    return round(value, 4) if math.isfinite(value) else None
+
+
+@dataclass
+class _Pool:
+    region: str
+    shape: Shape
+    replicas: int
+    arrival: list[FloatArray] = field(default_factory=list)
+    service: list[FloatArray] = field(default_factory=list)
+    fixed: list[FloatArray] = field(default_factory=list)  # prefill + round trip, seconds
+    owner: list[npt.NDArray[np.int64]] = field(default_factory=list)
+
+
+@dataclass
+class _Merged:
+    arrival: FloatArray
+    service: FloatArray
+    fixed: FloatArray
+    owner: npt.NDArray[np.int64]
+
+
+def _merge(pool: _Pool) -> _Merged:
+    arrival = np.concatenate(pool.arrival)
+    order = np.argsort(arrival, kind="stable")
+    return _Merged(
+        arrival=arrival[order],
+        service=np.concatenate(pool.service)[order],
+        fixed=np.concatenate(pool.fixed)[order],
+        owner=np.concatenate(pool.owner)[order],
+    )
+
+
+def _ttft(merged: _Merged, live: int) -> FloatArray:
+    """Each request's TTFT with ``live`` replicas (infinite with none)."""
+    if live <= 0:
+        return np.full(merged.arrival.shape[0], math.inf)
+    requests = simulation.Requests.from_arrays(np.maximum(merged.service, 1e-9))
+    start, _ = simulation.open_loop_times(requests, merged.arrival, live)
+    return start - merged.arrival + merged.fixed
+
+
+def _p95(values: FloatArray, quantile: float) -> float:
+    if values.shape[0] == 0:
+        return 0.0
+    if not np.all(np.isfinite(values)):
+        # Nearest rank over values some of which are infinite (never served).
+        ordered = np.sort(values)
+        rank = max(1, math.ceil(quantile * ordered.shape[0]))
+        return float(ordered[rank - 1])
+    return simulation.latency_quantile(values, quantile)
+
+
+def _pool_holds(
+    merged: _Merged, live: int, judged: Mapping[int, float], quantile: float
+) -> tuple[bool, FloatArray]:
+    ttft = _ttft(merged, live)
+    for owner, slo in judged.items():
+        mine = ttft[merged.owner == owner]
+        if mine.shape[0] and _p95(mine, quantile) > slo:
+            return False, ttft
+    return True, ttft
+
+
+def _needed_live(
+    merged: _Merged, live: int, judged: Mapping[int, float], quantile: float
+) -> int | None:
+    """The fewest live replicas (above ``live``) whose replay holds every judged demand."""
+    high = max(2 * live, live + 1)
+    limit = max(SEARCH_LIMIT * max(live, 1), 4)
+    while not _pool_holds(merged, high, judged, quantile)[0]:
+        if high >= limit:
+            return None
+        high = min(limit, 2 * high)
+    low = live  # fails
+    while high - low > 1:
+        mid = (low + high) // 2
+        if _pool_holds(merged, mid, judged, quantile)[0]:
+            high = mid
+        else:
+            low = mid
+    return high
+
+
+def replay(
+    problem: Problem,
+    solution: Mapping[str, Any],
+    traffic: Mapping[str, Traffic] | None = None,
+    *,
+    seed: int = 0,
+    quantile: float = SLO_QUANTILE,
+    shortfalls: bool = True,
+) -> ReplayReport:
+    """Replay every routed demand through the plan's pools (see the module docstring)."""
+    started = time.perf_counter()
+    given = dict(traffic or {})
+    demands = {d.id: d for d in problem.demands}
+    replicas: dict[tuple[str, str], int] = defaultdict(int)
+    zone_replicas: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+    for row in solution.get("replicas", []):
+        zone, shape = str(row["zone"]), str(row["shape"])
+        region = problem.region_of_zone(zone)
+        replicas[(region, shape)] += int(row["replicas"])
+        zone_replicas[(region, shape)][zone] = int(row["replicas"])
+    routes: dict[str, list[tuple[str, str, float]]] = defaultdict(list)
+    for row in solution.get("routing", []):
+        if float(row["requests_per_s"]) > 0:
+            routes[str(row["demand"])].append(
+                (str(row["region"]), str(row["shape"]), float(row["requests_per_s"]))
+            )
+
+    index = {did: k for k, did in enumerate(sorted(routes))}
+    pools: dict[tuple[str, str], _Pool] = {}
+    sources: dict[str, tuple[str, int]] = {}
+    notes: list[str] = []
+    for did in sorted(routes):
+        demand = demands[did]
+        if demand.requests_per_s <= 0:
+            continue
+        own = given.get(did)
+        if own is None:
+            own = synthesised_traffic(demand, seed=seed)
+        # Compress or stretch the log so its peak becomes the demand's sized rate.
+        scale = own.requests_per_s / demand.requests_per_s
+        arrival = own.arrival_s * scale
+        planned = demand.planned_requests_per_s
+        served = sum(rate for _, _, rate in routes[did])
+        served_share = min(1.0, served / planned) if planned > 0 else 0.0
+        # A low-discrepancy split: request i goes by (i·φ) mod 1 against the routes'
+        # cumulative shares; a share of 1 − served is the unserved part, not replayed.
+        n = arrival.shape[0]
+        u = np.mod(np.arange(n) * _GOLDEN + (_seed_of(did, seed) % 1000) / 1000.0, 1.0)
+        bounds = np.cumsum([rate / planned for _, _, rate in routes[did]]) if planned else []
+        pick = np.searchsorted(np.asarray(bounds), u, side="right")
+        sources[did] = (own.source, int(np.sum(pick < len(routes[did]))))
+        if served_share < 1.0 - 1e-9:
+            notes.append(
+                f"{did}: {100 * (1 - served_share):.1f}% of its requests are unserved by the "
+                "plan and not replayed"
+            )
+        for k, (region, shape_name, _rate) in enumerate(routes[did]):
+            chosen = pick == k
+            if not np.any(chosen):
+                continue
+            shape = problem.shape(shape_name)
+            key = (region, shape_name)
+            pool = pools.get(key)
+            if pool is None:
+                pool = pools[key] = _Pool(region, shape, replicas.get(key, 0))
+            prompts = own.prompt_tokens[chosen] * (1.0 - demand.prefix_cache_hit_rate)
+            prefill = prompts / shape.prefill_tokens_per_s
+            decode = own.output_tokens[chosen] / shape.decode_tokens_per_s
+            rtt = problem.rtt(demand.home_region, region) or 0.0
+            pool.arrival.append(arrival[chosen])
+            pool.service.append(prefill + decode)
+            pool.fixed.append(prefill + rtt / 1000.0)
+            pool.owner.append(np.full(int(np.sum(chosen)), index[did], dtype=np.int64))
+
+    # TTFT of every replayed request: per demand, per pool, per scenario judged there.
+    by_demand: dict[int, dict[tuple[str, str], dict[str, FloatArray]]] = defaultdict(dict)
+    found: list[PoolShortfall] = []
+    zones_of = {r.name: r.zones for r in problem.regions}
+    dids = {k: did for did, k in index.items()}
+    for key, pool in sorted(pools.items()):
+        merged = _merge(pool)
+        owners = sorted(set(merged.owner.tolist()))
+        scenarios: list[tuple[str, int, int]] = [(ALL_UP, pool.replicas, 0)]
+        if pool.replicas >= 1:
+            scenarios.append((ONE_REPLICA, pool.replicas - 1, 1))
+        for zone in zones_of[pool.region]:
+            lost = zone_replicas[key].get(zone, 0)
+            scenarios.append((zone_scenario(zone), pool.replicas - lost, 2))
+        for name, live, level in scenarios:
+            judged = [k for k in owners if demands[dids[k]].promise_level >= level]
+            if not judged:
+                continue
+            slos = {
+                k: float(demands[dids[k]].ttft_slo_s)  # type: ignore[arg-type]
+                for k in judged
+                if demands[dids[k]].ttft_slo_s is not None
+            }
+            ok, ttft = _pool_holds(merged, live, slos, quantile)
+            for k in judged:
+                by_demand[k].setdefault(key, {})[name] = ttft[merged.owner == k]
+            if not ok and shortfalls:
+                missing = tuple(
+                    sorted(
+                        dids[k]
+                        for k, slo in slos.items()
+                        if _p95(ttft[merged.owner == k], quantile) > slo
+                    )
+                )
+                found.append(
+                    PoolShortfall(
+                        region=pool.region,
+                        shape=pool.shape.name,
+                        scenario=name,
+                        live=live,
+                        needed_live=_needed_live(merged, live, slos, quantile),
+                        demands=missing,
+                    )
+                )
+
+    verdicts: list[DemandVerdict] = []
+    for did, k in sorted(index.items()):
+        demand = demands[did]
+        if k not in by_demand:
+            continue
+        per_pool = by_demand[k]
+        names = sorted({name for runs in per_pool.values() for name in runs})
+        per: dict[str, float] = {}
+        for name in names:
+            # A scenario of one region leaves the demand's pools elsewhere all up.
+            values = [runs.get(name, runs[ALL_UP]) for runs in per_pool.values()]
+            per[name] = _p95(np.concatenate(values), quantile)
+        worst = max(per, key=lambda s: per[s])
+        slo = demand.ttft_slo_s
+        verdicts.append(
+            DemandVerdict(
+                demand=did,
+                tenant=demand.tenant,
+                source=sources[did][0],
+                requests=sources[did][1],
+                ttft_slo_s=slo,
+                p95_ttft_s=per,
+                worst_scenario=worst,
+                worst_p95_ttft_s=per[worst],
+                holds=None if slo is None else per[worst] <= slo,
+            )
+        )
+    return ReplayReport(
+        demands=tuple(verdicts),
+        shortfalls=tuple(found),
+        seconds=time.perf_counter() - started,
+        quantile=quantile,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,180 @@
+"""Solve, replay, and re-solve until the replay holds: sizing by the queue simulator.
+
+The linear model sizes each pool from its load at the target utilisation; the replay
+(``planner.placement.replay``) says whether the resulting replicas hold each demand's p95 TTFT
+under its real (or measured-burstiness) arrivals, all up and in every failure its promise
+covers. Where a pool misses, the replay's bisection gives the live replicas that would hold
+it; every demand routed to that pool has its ``burst`` (its effective load) raised by
+``needed live ÷ live`` of the worst such miss, and the problem is solved again, from the same
+``previous`` plan. Rounds stop when the replay holds, when no raise is possible (a pool no
+count of replicas can hold), or after ``max_rounds``; a plan that still misses is returned
+with its shortfalls for the caller to flag.
+
+Only demands with a ``ttft_slo_s`` are judged; a problem without any is solved once and not
+replayed. The raised bursts are written into the returned problem (``burst``), with the
+original kept as ``burst_before_replay``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.placement.linear import BackendName
+from planner.placement.problem import ProblemInvalid, parse_problem
+from planner.placement.replay import ReplayReport, Traffic, replay
+from planner.placement.solver import DEFAULT_BACKEND, solve
+
+#: Re-solves after the first, at most.
+MAX_ROUNDS = 4
+#: A raise is at least this much, so a round always moves the plan.
+MIN_RAISE = 1.02
+
+
+@dataclass(frozen=True)
+class Round:
+    """One solve and its replay."""
+
+    cost_per_hour: float
+    holds: bool
+    solve_seconds: float
+    replay_seconds: float
+    raised: Mapping[str, float] = field(default_factory=dict)  # demand -> factor after it
+    excluded: Mapping[str, set[str]] = field(default_factory=dict)  # demand -> shapes
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cost_per_hour": round(self.cost_per_hour, 4),
+            "holds": self.holds,
+            "solve_seconds": round(self.solve_seconds, 3),
+            "replay_seconds": round(self.replay_seconds, 3),
+            "raised": {k: round(v, 4) for k, v in sorted(self.raised.items())},
+            "excluded": {k: sorted(v) for k, v in sorted(self.excluded.items())},
+        }
+
+
+@dataclass(frozen=True)
+class Verified:
+    """The final problem (bursts as raised), its solution, its replay and the rounds."""
+
+    problem: dict[str, Any]
+    solution: dict[str, Any]
+    report: ReplayReport | None
+    rounds: tuple[Round, ...]
+
+    @property
+    def holds(self) -> bool:
+        return self.report is None or self.report.holds
+
+    def verification(self) -> dict[str, Any]:
+        """What a plan stores of it (``Plan.verification``)."""
+        if self.report is None:
+            return {"replayed": False, "holds": True, "rounds": [r.as_dict() for r in self.rounds]}
+        out = self.report.as_dict()
+        out["replayed"] = True
+        out["rounds"] = [r.as_dict() for r in self.rounds]
+        out["raised"] = {
+            str(d["id"]): {"burst_before": d["burst_before_replay"], "burst": d["burst"]}
+            for d in self.problem.get("demands", [])
+            if "burst_before_replay" in d
+        }
+        return out
+
+
+def _exclusions(report: ReplayReport, problem: Mapping[str, Any]) -> dict[str, set[str]]:
+    """Demand -> shapes to exclude: pools whose missing demands no replica count holds, where
+    the demand has another shape of its model left to go to."""
+    shapes_of: dict[str, set[str]] = {}
+    for shape in problem.get("shapes", []):
+        shapes_of.setdefault(str(shape["model"]), set()).add(str(shape["name"]))
+    demands = {str(d["id"]): d for d in problem.get("demands", [])}
+    out: dict[str, set[str]] = {}
+    for short in report.shortfalls:
+        if short.needed_live is not None:
+            continue
+        for did in short.demands:
+            demand = demands[did]
+            excluded = set(demand.get("excluded_shapes", [])) | out.get(did, set())
+            left = shapes_of.get(str(demand["model"]), set()) - excluded - {short.shape}
+            if left:
+                out.setdefault(did, set()).add(short.shape)
+    return out
+
+
+def _raises(report: ReplayReport, solution: Mapping[str, Any]) -> dict[str, float]:
+    """Demand -> factor to raise its burst by: the worst ``needed ÷ live`` of the pools it
+    is routed to that miss."""
+    routed: dict[tuple[str, str], set[str]] = {}
+    for row in solution.get("routing", []):
+        routed.setdefault((str(row["region"]), str(row["shape"])), set()).add(str(row["demand"]))
+    out: dict[str, float] = {}
+    for short in report.shortfalls:
+        if short.needed_live is None:
+            continue
+        factor = max(MIN_RAISE, short.needed_live / max(short.live, 1))
+        if short.live <= 0:
+            # A zone holding every replica of the pool: the floor already requires two
+            # zones, so only more load moves it; double it.
+            factor = max(factor, 2.0)
+        for did in routed.get((short.region, short.shape), ()):
+            out[did] = max(out.get(did, 1.0), factor)
+    return out
+
+
+def solve_verified(
+    problem: Mapping[str, Any],
+    traffic: Mapping[str, Traffic] | None = None,
+    *,
+    time_limit_s: float = 60.0,
+    workers: int = 2,
+    seed: int = 0,
+    backend: BackendName = DEFAULT_BACKEND,
+    max_rounds: int = MAX_ROUNDS,
+) -> Verified:
+    """Solve ``problem`` (the ``placement-problem/v1`` dict), replay, re-solve (module doc)."""
+    current = copy.deepcopy(dict(problem))
+    rounds: list[Round] = []
+    judged = any(d.get("ttft_slo_s") is not None for d in current.get("demands", []))
+    while True:
+        started = time.perf_counter()
+        solution = solve(
+            current, time_limit_s=time_limit_s, workers=workers, seed=seed, backend=backend
+        )
+        solved_s = time.perf_counter() - started
+        if solution["status"] == "invalid" or not judged:
+            rounds.append(Round(float(solution.get("cost_per_hour") or 0.0), True, solved_s, 0.0))
+            return Verified(current, solution, None, tuple(rounds))
+        try:
+            parsed = parse_problem(current)
+        except ProblemInvalid:  # solve() accepted it; cannot happen
+            raise
+        report = replay(parsed, solution, traffic, seed=seed)
+        raises = {} if report.holds else _raises(report, solution)
+        excludes = {} if report.holds else _exclusions(report, current)
+        rounds.append(
+            Round(
+                float(solution["cost_per_hour"]),
+                report.holds,
+                solved_s,
+                report.seconds,
+                raises,
+                excludes,
+            )
+        )
+        if report.holds or not (raises or excludes) or len(rounds) > max_rounds:
+            return Verified(current, solution, report, tuple(rounds))
+        for demand in current["demands"]:
+            shapes = excludes.get(str(demand["id"]))
+            if shapes:
+                demand["excluded_shapes"] = sorted(set(demand.get("excluded_shapes", [])) | shapes)
+            factor = raises.get(str(demand["id"]))
+            if factor is None:
+                continue
+            before = float(demand.get("burst", 1.0))
+            demand.setdefault("burst_before_replay", before)
+            raised = before * factor
+            demand["burst"] = float(f"{raised:.6g}") if math.isfinite(raised) else before
