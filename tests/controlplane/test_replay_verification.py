@@ -88,7 +88,7 @@ def test_conv_trace_replan_holds_the_premium_slo_all_up_and_after_each_zone_loss
     # plan with the planner's simulator, and read the premium demand's p95 per scenario.
     problem = parse_problem(plan.problem)
     traffic = demand_traffic(plan.problem)
-    assert list(traffic.values())[0].arrival_s.shape[0] == 19_366
+    assert next(iter(traffic.values())).arrival_s.shape[0] == 19_366
     report = replay(problem, plan.solution, traffic)
     again = next(v for v in report.demands if v.demand == verdict["demand"])
     for scenario in (ALL_UP, *map(zone_scenario, zones)):

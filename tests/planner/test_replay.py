@@ -66,7 +66,7 @@ def _problem(**demand: Any) -> dict[str, Any]:
                 "prefill_tokens_per_s": 7600,
                 "decode_tokens_per_s": 380,
             },
-        ],  # fmt: skip
+        ],
         "demands": [row],
     }
 
