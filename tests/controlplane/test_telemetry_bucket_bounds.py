@@ -131,7 +131,7 @@ def test_vllm_buckets_store_the_bounds_and_flag_the_p99_as_coarse(fleet: Fleet) 
     # The tenant page says it too.
     client.force_login(make_user("page-viewer", VIEWER))
     page = client.get("/tenants/northwind/").content.decode()
-    assert "4,700 <span class=\"muted\">(between 2,000 and 5,000)</span>" in page
+    assert '4,700 <span class="muted">(between 2,000 and 5,000)</span>' in page
     assert f"wider than {COARSE_RELATIVE_WIDTH * 100:.0f} %" in page
 
 
@@ -187,9 +187,7 @@ def test_a_request_log_import_reads_fine_buckets_where_vllm_reads_coarse_ones(
     for i, (p, o) in enumerate(zip(prompts, outputs, strict=True)):
         writer.writerow([(T0 + timedelta(seconds=i)).isoformat(), int(p), int(o)])
     log.seek(0)
-    requests_import(
-        stream=log, fmt="csv", defaults=Defaults("northwind", "chat-70b", "eu-west")
-    )
+    requests_import(stream=log, fmt="csv", defaults=Defaults("northwind", "chat-70b", "eu-west"))
     profile = WorkloadProfile.objects.get()
     assert profile.coarse == [] and profile.between() == {}
     assert set(profile.percentile_bounds) == {
