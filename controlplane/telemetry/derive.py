@@ -589,16 +589,12 @@ def _version(
     )
     figures = _profile_figures(obs, before)
     censored = list(obs.censored)
-    coarse = list(obs.coarse)
     unmeasured = ["prefix_cache_hit_rate"] if obs.prefix_cache_hit_rate is None else []
     if (
         before is not None
         and not _changed(before, figures, tolerance)
         and list(before.censored) == censored
-        # Bounds that moved with figures inside the tolerance make no new version (a 1% grid
-        # would make one each run), but a figure turning coarse or first getting bounds does.
-        and list(before.coarse) == coarse
-        and set(before.percentile_bounds) == set(obs.percentile_bounds)
+        and _same_buckets(before, obs)
         and list(before.unmeasured) == unmeasured
         and list(before.pool_tenants) == pool_tenants
     ):
@@ -612,7 +608,7 @@ def _version(
         source=WorkloadProfile.Source.TELEMETRY,
         censored=censored,
         percentile_bounds=dict(obs.percentile_bounds),
-        coarse=coarse,
+        coarse=list(obs.coarse),
         unmeasured=unmeasured,
         pool_tenants=pool_tenants,
         **figures,
@@ -621,6 +617,18 @@ def _version(
     profile._change_reason = "derived from telemetry"  # type: ignore[attr-defined]
     profile.save()
     return before, profile
+
+
+def _same_buckets(before: WorkloadProfile, obs: Observation) -> bool:
+    """Whether a measured profile's buckets still say what the observation's do. Bounds that
+    moved with figures inside the tolerance make no new version (a 1% grid would make one each
+    run); a figure turning coarse, or a measured profile stored without bounds, does. A
+    declared profile the measurement matches stays as it is."""
+    if before.source != WorkloadProfile.Source.TELEMETRY:
+        return True
+    return list(before.coarse) == list(obs.coarse) and set(before.percentile_bounds) == set(
+        obs.percentile_bounds
+    )
 
 
 def _observed_row(

@@ -232,3 +232,33 @@ def test_the_conv_trace_through_vllm_buckets_reads_high_and_says_between_what(
         kind, q = name.split("_tokens_p")
         raw = np.percentile(prompts if kind == "prompt" else outputs, int(q))
         assert lower <= raw <= upper, name
+
+
+def test_a_measured_profile_stored_without_bounds_gets_them_in_a_new_version(
+    fleet: Fleet,
+) -> None:
+    prompts, outputs = _spread(300, 200, 3000, 7919), _spread(300, 20, 400, 104_729)
+    _store_vllm(prompts, outputs)
+    window = {"window_start": T0, "window_end": T0 + timedelta(hours=1)}
+    derive.workload_profiles_derive(**window)
+    # As a profile derived before bounds were stored reads.
+    WorkloadProfile.objects.update(percentile_bounds={}, coarse=[])
+    run = derive.workload_profiles_derive(**window)
+    assert (run.profiles_created, run.profiles_unchanged, run.alerts_raised) == (1, 0, 0)
+    latest = WorkloadProfile.objects.get(version=2)
+    assert latest.between()["prompt_tokens_p99"] == "between 2,000 and 5,000"
+    # The same measurement once more: nothing new.
+    run = derive.workload_profiles_derive(**window)
+    assert (run.profiles_created, run.profiles_unchanged) == (0, 1)
+
+
+def test_a_declared_profile_the_measurement_matches_stays_declared(fleet: Fleet) -> None:
+    prompts, outputs = _spread(300, 200, 3000, 7919), _spread(300, 20, 400, 104_729)
+    _store_vllm(prompts, outputs)
+    window = {"window_start": T0, "window_end": T0 + timedelta(hours=1)}
+    derive.workload_profiles_derive(**window)
+    WorkloadProfile.objects.update(
+        source=WorkloadProfile.Source.DECLARED, percentile_bounds={}, coarse=[]
+    )
+    run = derive.workload_profiles_derive(**window)
+    assert (run.profiles_created, run.profiles_unchanged) == (0, 1)
