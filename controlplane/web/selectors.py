@@ -544,6 +544,11 @@ class TenantPage:
     profiles: list[WorkloadProfile]
     alerts: list[DriftAlert]
 
+    @property
+    def bucket_notes(self) -> bool:
+        """Whether any length figure reads "between" or "≥" (the page says what they mean)."""
+        return any(p.between or p.censored for p in self.points)
+
 
 def _observations(tenant: Tenant) -> list[ProfilePoint]:
     rows = (

@@ -15,6 +15,7 @@ import pytest
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
+from controlplane.api.serializers import PercentileBoundsFields
 from controlplane.core.roles import VIEWER
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry import derive
@@ -262,3 +263,35 @@ def test_a_declared_profile_the_measurement_matches_stays_declared(fleet: Fleet)
     )
     run = derive.workload_profiles_derive(**window)
     assert (run.profiles_created, run.profiles_unchanged) == (0, 1)
+
+
+def test_the_tenant_page_shows_a_censored_figure_as_at_least_the_top_bound(
+    fleet: Fleet, settings: Any
+) -> None:
+    # A 4k context: vLLM's buckets end at 2,000, and 5% of the prompts are longer.
+    short = build_1_2_5_buckets(4096)
+    prompts = np.array([900.0] * 80 + [1500.0] * 15 + [3000.0] * 5)
+    traffic = Traffic(
+        requests=100.0,
+        prompt_buckets={f"{b:.1f}": float((prompts <= b).sum()) for b in short} | {"+Inf": 100.0},
+        prompt_sum=float(prompts.sum()),
+        output_buckets=_vllm_histogram(_spread(100, 20, 400, 104_729)),
+        output_sum=float(_spread(100, 20, 400, 104_729).sum()),
+    )
+    store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, [traffic] * 2), W)
+    derive.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    profile = WorkloadProfile.objects.get()
+    assert profile.censored == ["prompt_tokens_p99"]
+    assert profile.percentile_bounds["prompt_tokens_p99"] == [2000.0, None]
+    assert "prompt_tokens_p99" not in profile.coarse
+    client = APIClient()
+    client.force_login(make_user("page-viewer", VIEWER))
+    page = client.get("/tenants/northwind/").content.decode()
+    assert "/ ≥ 2,000</td>" in page
+
+
+def test_the_help_texts_quote_the_coarse_threshold() -> None:
+    quoted = f"wider than {COARSE_RELATIVE_WIDTH:.0%} of its upper bound"
+    assert quoted in str(WorkloadProfile._meta.get_field("coarse").help_text)
+    assert quoted in str(ObservedWorkload._meta.get_field("coarse").help_text)
+    assert quoted in str(PercentileBoundsFields().fields["coarse"].help_text)
