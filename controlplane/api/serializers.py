@@ -331,7 +331,35 @@ class TenantSerializer(RevisionedSerializer):
         return tenant_save(tenant=instance, residency_regions=regions)
 
 
-class WorkloadProfileSerializer(RecordSerializer):
+class PercentileBoundsFields(serializers.Serializer[Any]):
+    """The bucket bounds of a profile's or an observation's length percentiles, read-only:
+    what telemetry read them in, which are coarse, and how those read."""
+
+    percentile_bounds = serializers.DictField(
+        child=serializers.ListField(
+            child=serializers.FloatField(allow_null=True), min_length=2, max_length=2
+        ),
+        read_only=True,
+        help_text="The histogram bucket each telemetry percentile was read in, tokens: "
+        '{"prompt_tokens_p99": [2000, 5000]}; the upper bound is null beyond the top bucket '
+        "(censored). Empty for declared figures.",
+    )
+    coarse = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="Percentiles read in a bucket wider than 10% of its upper bound "
+        "(telemetry.histograms.COARSE_RELATIVE_WIDTH): interpolated inside the bucket, rough "
+        "figures.",
+    )
+    between = serializers.DictField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text='Coarse percentiles as they read: {"prompt_tokens_p99": "between 2,000 and '
+        '5,000"}.',
+    )
+
+
+class WorkloadProfileSerializer(PercentileBoundsFields, RecordSerializer):
     class Meta:
         model = WorkloadProfile
         fields = (
@@ -353,5 +381,8 @@ class WorkloadProfileSerializer(RecordSerializer):
             "output_tokens_p99",
             "prefix_cache_hit_rate",
             "residence_s",
+            "percentile_bounds",
+            "coarse",
+            "between",
             "created_at",
         )

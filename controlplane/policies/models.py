@@ -4,7 +4,9 @@ rules, token budgets, and workload profiles per tenant, model and class.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -285,6 +287,62 @@ PROFILE_FIGURES = (
     "residence_s",
 )
 
+# The figures a telemetry derivation reads from histogram buckets (the length percentiles):
+# each carries its bucket's bounds in ``percentile_bounds``.
+BUCKET_PERCENTILES = tuple(
+    name for name in PROFILE_FIGURES if name.rsplit("_", 1)[-1] in ("p50", "p90", "p95", "p99")
+)
+
+
+def bucket_ranges(
+    values: Mapping[str, float | None],
+    bounds: Mapping[str, Sequence[float | None]],
+    coarse: Iterable[str],
+) -> dict[str, str]:
+    """How each coarse percentile reads: "between 2,000 and 5,000", its bucket's bounds in
+    tokens (the lower rounded down, the upper up). A figure whose value no longer lies in its
+    bucket (edited since) reads as its value alone and is left out."""
+    out: dict[str, str] = {}
+    for name in coarse:
+        bucket = bounds.get(name)
+        value = values.get(name)
+        if not bucket or len(bucket) != 2 or value is None:
+            continue
+        lower, upper = bucket
+        if lower is None or upper is None or not lower <= value <= upper:
+            continue
+        out[name] = f"between {math.floor(lower):,} and {math.ceil(upper):,}"
+    return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _bounds_errors(bounds: Any, coarse: Any) -> dict[str, str]:
+    """What is wrong with a ``percentile_bounds`` and ``coarse`` pair, by field."""
+    errors: dict[str, str] = {}
+    if not isinstance(bounds, dict):
+        return {"percentile_bounds": "Must be an object of figure: [lower, upper]."}
+    for name, bucket in bounds.items():
+        if name not in BUCKET_PERCENTILES:
+            errors["percentile_bounds"] = f"{name!r} is not a length percentile."
+        elif (
+            not isinstance(bucket, list | tuple)
+            or len(bucket) != 2
+            or not _number(bucket[0])
+            or not (bucket[1] is None or _number(bucket[1]))
+            or (bucket[1] is not None and bucket[1] < bucket[0])
+        ):
+            errors["percentile_bounds"] = (
+                f"{name}: must be [lower, upper] with lower ≤ upper (upper null: censored)."
+            )
+    if not isinstance(coarse, list) or not all(isinstance(n, str) for n in coarse):
+        errors["coarse"] = "Must be a list of figure names."
+    elif unknown := [n for n in coarse if n not in bounds]:
+        errors["coarse"] = f"{', '.join(unknown)}: no bucket bounds for these figures."
+    return errors
+
 
 def _tokens(text: str, *, optional: bool = False) -> models.FloatField[float | None, float]:
     """A token-length figure of a workload profile, within ``TOKENS_PER_REQUEST``."""
@@ -351,6 +409,20 @@ class WorkloadProfile(models.Model):
         help_text="Figures that are lower bounds (≥ the value): a telemetry percentile beyond "
         "the top histogram bucket.",
     )
+    percentile_bounds = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The histogram bucket each telemetry percentile was read in, tokens: "
+        '{"prompt_tokens_p99": [2000, 5000]}; the upper bound is null beyond the top bucket '
+        "(censored). Empty for declared figures.",
+    )
+    coarse = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Percentiles read in a bucket wider than 10% of its upper bound "
+        '(telemetry.histograms.COARSE_RELATIVE_WIDTH): interpolated, they read "between" the '
+        "bounds.",
+    )
     unmeasured = models.JSONField(
         default=list,
         blank=True,
@@ -402,8 +474,21 @@ class WorkloadProfile(models.Model):
     def __str__(self) -> str:
         return f"{self.tenant}/{self.model}/{self.workload_class} v{self.version}"
 
+    def between(self) -> dict[str, str]:
+        """The coarse percentiles as they read: ``{"prompt_tokens_p99": "between 2,000 and
+        5,000"}`` (``bucket_ranges``)."""
+        values = {name: getattr(self, name) for name in BUCKET_PERCENTILES}
+        return bucket_ranges(values, self.percentile_bounds or {}, self.coarse or [])
+
     def clean(self) -> None:
-        errors: dict[str, str] = {}
+        errors = _bounds_errors(self.percentile_bounds, self.coarse)
+        if not errors:
+            # A percentile edited out of the bucket it was read in no longer carries it.
+            for name, (lower, upper) in list(self.percentile_bounds.items()):
+                value = getattr(self, name)
+                if value is None or value < lower or (upper is not None and value > upper):
+                    del self.percentile_bounds[name]
+                    self.coarse = [n for n in self.coarse if n != name]
         for kind in ("prompt", "output"):
             p50 = getattr(self, f"{kind}_tokens_p50")
             p95 = getattr(self, f"{kind}_tokens_p95")

@@ -22,6 +22,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.api.serializers import PercentileBoundsFields
 from controlplane.core.api import ReadOnlyViewSet
 from controlplane.core.serializers import read_only_by
 from controlplane.core.tenancy import TENANT_OWN, request_principal
@@ -86,7 +87,9 @@ class ProfileDerivationSerializer(serializers.ModelSerializer[ProfileDerivation]
         ]
 
 
-class ObservedWorkloadSerializer(serializers.ModelSerializer[ObservedWorkload]):
+class ObservedWorkloadSerializer(
+    PercentileBoundsFields, serializers.ModelSerializer[ObservedWorkload]
+):
     class Meta:
         model = ObservedWorkload
         fields = [
@@ -113,6 +116,9 @@ class ObservedWorkloadSerializer(serializers.ModelSerializer[ObservedWorkload]):
             "output_tokens_p99",
             "prefix_cache_hit_rate",
             "censored",
+            "percentile_bounds",
+            "coarse",
+            "between",
             "ttft_p95_s",
             "residence_s",
             "kv_cache_usage_mean",
@@ -122,7 +128,9 @@ class ObservedWorkloadSerializer(serializers.ModelSerializer[ObservedWorkload]):
         ]
 
 
-class TelemetryProfileSerializer(serializers.ModelSerializer[WorkloadProfile]):
+class TelemetryProfileSerializer(
+    PercentileBoundsFields, serializers.ModelSerializer[WorkloadProfile]
+):
     tenant = read_only_by()
     model = read_only_by()
     workload_class = read_only_by()
@@ -157,6 +165,9 @@ class TelemetryProfileSerializer(serializers.ModelSerializer[WorkloadProfile]):
             *PROFILE_FIGURES,
             "censored",
             "lower_bounds",
+            "percentile_bounds",
+            "coarse",
+            "between",
             "unmeasured",
             "pool_tenants",
         ]

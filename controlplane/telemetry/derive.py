@@ -94,6 +94,10 @@ class Observation:
     prompt_p90: float
     output_p90: float
     censored: tuple[str, ...]  # profile figures that are lower bounds ("≥ bound")
+    # Each length percentile's bucket, [lower, upper] (upper None: censored), and those whose
+    # bucket is coarse (``histograms.BucketQuantile.coarse``).
+    percentile_bounds: dict[str, list[float | None]]
+    coarse: tuple[str, ...]
     prefix_cache_hit_rate: float | None  # None: the engine has no prefix-cache counters
     ttft_p95_s: float | None
     residence_s: float | None
@@ -110,8 +114,10 @@ class NotEnoughData(Exception):
 
 @dataclass(frozen=True)
 class Lengths:
-    """A length histogram's figures (tokens) and the percentiles that are censored (their
-    rank is beyond the top finite bucket: the value is a lower bound)."""
+    """A length histogram's figures (tokens), the percentiles that are censored (their rank
+    is beyond the top finite bucket: the value is a lower bound), each percentile's bucket
+    and those whose bucket is coarse (wider than ``COARSE_RELATIVE_WIDTH``; a bucket of one
+    whole token is exact)."""
 
     p50: float
     mean: float
@@ -119,6 +125,8 @@ class Lengths:
     p95: float
     p99: float
     censored: tuple[str, ...] = ()
+    bounds: dict[str, list[float | None]] = field(default_factory=dict)
+    coarse: tuple[str, ...] = ()
 
 
 def _lengths(collected: _Collected, family: str, what: str) -> Lengths:
@@ -129,14 +137,26 @@ def _lengths(collected: _Collected, family: str, what: str) -> Lengths:
         raise NotEnoughData(f"no {what} histogram observations")
     figures: dict[str, float] = {}
     censored: list[str] = []
+    bounds: dict[str, list[float | None]] = {}
+    coarse: list[str] = []
     try:
         for name, q in (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99)):
-            figures[name], beyond = histograms.censored_quantile(q, buckets)
-            if beyond:
+            found = histograms.bucket_quantile(q, buckets)
+            figures[name] = found.value
+            bounds[name] = [found.lower, found.upper]
+            if found.censored:
                 censored.append(name)
+            elif found.coarse(unit=1.0):  # lengths are whole tokens
+                coarse.append(name)
     except histograms.HistogramError as exc:
         raise NotEnoughData(f"{what} histogram: {exc}") from exc
-    return Lengths(mean=total / count, censored=tuple(censored), **figures)
+    return Lengths(
+        mean=total / count,
+        censored=tuple(censored),
+        bounds=bounds,
+        coarse=tuple(coarse),
+        **figures,
+    )
 
 
 def peak_rate(points: Sequence[tuple[datetime, float]], *, bucket_s: int, peak_s: int) -> float:
@@ -196,6 +216,12 @@ def observe(
     censored = tuple(f"prompt_tokens_{n}" for n in prompt.censored) + tuple(
         f"output_tokens_{n}" for n in output.censored
     )
+    bounds = {f"prompt_tokens_{n}": b for n, b in prompt.bounds.items()} | {
+        f"output_tokens_{n}": b for n, b in output.bounds.items()
+    }
+    coarse = tuple(f"prompt_tokens_{n}" for n in prompt.coarse) + tuple(
+        f"output_tokens_{n}" for n in output.coarse
+    )
     return Observation(
         labels=labels,
         requests=requests,
@@ -209,6 +235,8 @@ def observe(
         prompt_p90=prompt.p90,
         output_p90=output.p90,
         censored=censored,
+        percentile_bounds=bounds,
+        coarse=coarse,
         prefix_cache_hit_rate=hit_rate,
         ttft_p95_s=ttft,
         residence_s=residence if residence and residence > 0 else None,
@@ -601,6 +629,7 @@ def _version(
         before is not None
         and not _changed(before, figures, tolerance)
         and list(before.censored) == censored
+        and _same_buckets(before, obs)
         and list(before.unmeasured) == unmeasured
         and list(before.pool_tenants) == pool_tenants
     ):
@@ -613,6 +642,8 @@ def _version(
         version=(before.version + 1) if before is not None else 1,
         source=WorkloadProfile.Source.TELEMETRY,
         censored=censored,
+        percentile_bounds=dict(obs.percentile_bounds),
+        coarse=list(obs.coarse),
         unmeasured=unmeasured,
         pool_tenants=pool_tenants,
         burstiness=dict(obs.burstiness),
@@ -622,6 +653,18 @@ def _version(
     profile._change_reason = "derived from telemetry"  # type: ignore[attr-defined]
     profile.save()
     return before, profile
+
+
+def _same_buckets(before: WorkloadProfile, obs: Observation) -> bool:
+    """Whether a measured profile's buckets still say what the observation's do. Bounds that
+    moved with figures inside the tolerance make no new version (a 1% grid would make one each
+    run); a figure turning coarse, or a measured profile stored without bounds, does. A
+    declared profile the measurement matches stays as it is."""
+    if before.source != WorkloadProfile.Source.TELEMETRY:
+        return True
+    return list(before.coarse) == list(obs.coarse) and set(before.percentile_bounds) == set(
+        obs.percentile_bounds
+    )
 
 
 def _observed_row(
@@ -650,6 +693,8 @@ def _observed_row(
         output_tokens_p99=obs.output[3],
         prefix_cache_hit_rate=obs.prefix_cache_hit_rate,
         censored=list(obs.censored),
+        percentile_bounds=dict(obs.percentile_bounds),
+        coarse=list(obs.coarse),
         ttft_p95_s=obs.ttft_p95_s,
         residence_s=obs.residence_s,
         kv_cache_usage_mean=obs.kv_cache_usage_mean,

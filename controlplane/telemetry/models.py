@@ -28,7 +28,12 @@ from simple_history.models import HistoricalRecords
 
 from controlplane.core.jobs import Job, JobStatus
 from controlplane.fleet.models import LlmModel, Region, ReplicaShape, WorkloadClass
-from controlplane.policies.models import Tenant, WorkloadProfile
+from controlplane.policies.models import (
+    BUCKET_PERCENTILES,
+    Tenant,
+    WorkloadProfile,
+    bucket_ranges,
+)
 
 # The workload class telemetry profiles are filed under when no class label is configured.
 OBSERVED_CLASS = "observed"
@@ -238,6 +243,18 @@ class ObservedWorkload(models.Model):
     censored = models.JSONField(
         default=list, blank=True, help_text="Percentiles beyond the top bucket (lower bounds)."
     )
+    percentile_bounds = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The bucket each length percentile was read in: {figure: [lower, upper]}, "
+        "tokens; upper null beyond the top bucket.",
+    )
+    coarse = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Percentiles read in a bucket wider than 10% of its upper bound "
+        "(histograms.COARSE_RELATIVE_WIDTH): interpolated, rough figures.",
+    )
     ttft_p95_s = models.FloatField(null=True, blank=True)
     residence_s = models.FloatField(null=True, blank=True, help_text="Mean end-to-end latency.")
     kv_cache_usage_mean = models.FloatField(null=True, blank=True)
@@ -257,6 +274,11 @@ class ObservedWorkload(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant}/{self.model}/{self.region}/{self.workload_class}"
+
+    def between(self) -> dict[str, str]:
+        """The coarse percentiles as they read: "between 2,000 and 5,000"."""
+        values = {name: getattr(self, name) for name in BUCKET_PERCENTILES}
+        return bucket_ranges(values, self.percentile_bounds or {}, self.coarse or [])
 
 
 class RequestTrace(models.Model):

@@ -511,6 +511,23 @@ class ProfilePoint:
     output_p99: float
     cache_hit_rate: float | None
     ttft_p95_s: float | None
+    # By the length fields above (``prompt_p99``): how a coarse percentile reads ("between
+    # 2,000 and 5,000") and which are censored (beyond the top bucket: "≥ 5,000").
+    between: Mapping[str, str] = field(default_factory=dict)
+    censored: frozenset[str] = frozenset()
+
+
+def _point_name(figure: str) -> str:
+    """A profile figure's name on a point: ``prompt_tokens_p99`` → ``prompt_p99``."""
+    return figure.replace("_tokens_", "_")
+
+
+def _readings(row: ObservedWorkload | WorkloadProfile) -> dict[str, Any]:
+    """The ``between`` and ``censored`` of a point, from an observation or a profile."""
+    return {
+        "between": {_point_name(name): text for name, text in row.between().items()},
+        "censored": frozenset(_point_name(name) for name in row.censored or []),
+    }
 
 
 @dataclass(frozen=True)
@@ -526,6 +543,11 @@ class TenantPage:
     source: str
     profiles: list[WorkloadProfile]
     alerts: list[DriftAlert]
+
+    @property
+    def bucket_notes(self) -> bool:
+        """Whether any length figure reads "between" or "≥" (the page says what they mean)."""
+        return any(p.between or p.censored for p in self.points)
 
 
 def _observations(tenant: Tenant) -> list[ProfilePoint]:
@@ -551,6 +573,7 @@ def _observations(tenant: Tenant) -> list[ProfilePoint]:
             output_p99=row.output_tokens_p99,
             cache_hit_rate=row.prefix_cache_hit_rate,
             ttft_p95_s=row.ttft_p95_s,
+            **_readings(row),
         )
         for row in rows
     ]
@@ -575,6 +598,7 @@ def _profile_points(profiles: Iterable[WorkloadProfile], tenant: Tenant) -> list
                 output_p99=p.output_tokens_p99,
                 cache_hit_rate=p.prefix_cache_hit_rate,
                 ttft_p95_s=None,
+                **_readings(p),
             )
             for p in profiles
         ),

@@ -28,6 +28,7 @@ from controlplane.plans import services as plan_services
 from controlplane.plans.models import Plan
 from controlplane.plans.whatif import whatif_apply, whatif_preview
 from controlplane.policies.forms import tier_label
+from controlplane.telemetry.histograms import COARSE_RELATIVE_WIDTH
 from controlplane.telemetry.models import DriftAlert
 from controlplane.web import charts, selectors
 from controlplane.web.forms import PlanDecisionForm, WhatIfForm
@@ -224,6 +225,7 @@ def tenant_detail(request: HttpRequest, name: str) -> HttpResponse:
             "charts": _tenant_charts(page),
             "cost": selectors.tenant_cost(tenant),
             "is_policy_admin": _is_policy_admin(request),
+            "coarse_width": COARSE_RELATIVE_WIDTH,
             "nav": "tenants",
         },
     )

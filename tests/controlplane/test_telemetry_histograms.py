@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from controlplane.telemetry.histograms import (
+    COARSE_RELATIVE_WIDTH,
+    BucketQuantile,
     HistogramError,
+    bucket_quantile,
     cumulative_buckets,
     histogram_quantile,
     percentile,
@@ -29,6 +32,32 @@ def test_quantiles_interpolate_inside_the_bucket() -> None:
 
 def test_rank_in_the_inf_bucket_answers_the_highest_finite_bound() -> None:
     assert histogram_quantile(0.999, BUCKETS) == pytest.approx(10000.0)
+
+
+def test_a_quantile_carries_the_bucket_it_was_read_in() -> None:
+    assert bucket_quantile(0.5, BUCKETS) == BucketQuantile(1250.0, 1000.0, 2000.0)
+    assert bucket_quantile(0.05, BUCKETS) == BucketQuantile(250.0, 0.0, 500.0)
+    # Rank 198 is the top of (5,000, 10,000]: the value is the bound, the bucket the one below.
+    assert bucket_quantile(0.99, BUCKETS) == BucketQuantile(10000.0, 5000.0, 10000.0)
+    # Beyond the top finite bound: censored, no upper bound.
+    beyond = bucket_quantile(0.999, BUCKETS)
+    assert beyond == BucketQuantile(10000.0, 10000.0, None) and beyond.censored
+
+
+def test_a_bucket_is_coarse_when_wider_than_a_tenth_of_its_upper_bound() -> None:
+    assert COARSE_RELATIVE_WIDTH == 0.10
+    # vLLM's 1-2-5 buckets: (2,000, 5,000] is 60% of its upper bound.
+    assert BucketQuantile(4700.0, 2000.0, 5000.0).coarse(unit=1.0)
+    # A request log's 1% grid.
+    assert not BucketQuantile(1005.0, 1000.0, 1010.0).coarse(unit=1.0)
+    # Exactly a tenth is not above it.
+    assert not BucketQuantile(950.0, 900.0, 1000.0).coarse()
+    assert BucketQuantile(950.0, 899.0, 1000.0).coarse()
+    # (4, 5] is 20% wide but holds one whole token count: exact for lengths, not for seconds.
+    assert not BucketQuantile(4.5, 4.0, 5.0).coarse(unit=1.0)
+    assert BucketQuantile(4.5, 4.0, 5.0).coarse()
+    # A censored quantile is a lower bound, not a coarse figure.
+    assert not BucketQuantile(5000.0, 5000.0, None).coarse(unit=1.0)
 
 
 def test_counts_summed_from_increase_are_made_monotonic() -> None:

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from django import template
+from django.utils.html import format_html
 
 register = template.Library()
 
@@ -97,3 +98,16 @@ def column_label(name: str) -> str:
     """A report column's name in words: ``cost_per_million_tokens`` → "cost per million
     tokens"."""
     return str(name).replace("_", " ")
+
+
+@register.simple_tag
+def length_figure(point: Any, name: str) -> str:
+    """A length percentile of a profile point as it reads: "≥ 5,000" beyond the top histogram
+    bucket, "4,871 (between 2,000 and 5,000)" in a coarse one, else the number."""
+    value = getattr(point, name, None)
+    if name in getattr(point, "censored", ()):
+        return format_html("≥ {}", num(value, 0))
+    between = getattr(point, "between", {}).get(name)
+    if between:
+        return format_html('{} <span class="muted">({})</span>', num(value, 0), between)
+    return num(value, 0)
