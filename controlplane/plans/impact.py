@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from controlplane.plans import selectors
 from controlplane.plans.conf import ReplanSettings, replan_settings
-from controlplane.plans.services import replan_inputs, with_previous
+from controlplane.plans.services import replan_inputs, solve_and_verify, with_previous
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry.drift import (
     PoolImpact,
@@ -48,7 +48,6 @@ from controlplane.telemetry.drift import (
     pool_drift_unpriced,
 )
 from controlplane.telemetry.models import PoolDriftAlert, ProfileDerivation
-from planner import placement
 from planner.placement.footprint import Footprint, footprint, footprint_change
 
 logger = logging.getLogger(__name__)
@@ -92,20 +91,19 @@ def drift_solves(
     if digest == known_hash:
         return digest
     active = selectors.plan_active()
-    problems = (with_previous(before.problem, active), with_previous(after.problem, active))
+    solved = []
     solutions = []
-    for problem in problems:
-        solution = placement.solve(
-            problem,
-            time_limit_s=settings.time_limit_s,
-            workers=settings.solver_workers,
-            seed=settings.solver_seed,
-        )
+    for edge in (before, after):
+        # Solved as the re-plan solves: verified by replay, loads raised until it holds, so
+        # the alert's "after" is what the re-plan will pay.
+        problem, solution = solve_and_verify(with_previous(edge.problem, active), settings=settings)
         if solution.get("status") == "invalid":
             raise DriftNotPriced(
                 f"the placement problem is invalid: {solution.get('message', '?')}"
             )
+        solved.append(problem)
         solutions.append(solution)
+    problems = (solved[0], solved[1])
     return DriftSolves(
         inputs_hash=digest,
         problems=problems,

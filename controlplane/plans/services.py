@@ -342,10 +342,11 @@ def solve_and_verify(
     result = verified.solve_verified(
         problem,
         demand_traffic(problem),
-        time_limit_s=settings.time_limit_s,
-        workers=settings.solver_workers,
         seed=settings.solver_seed,
         max_rounds=settings.replay_max_rounds,
+        solver=lambda document: _solve(
+            document, time_limit_s=settings.time_limit_s, settings=settings
+        ),
     )
     solution = dict(result.solution)
     if solution.get("status") != "invalid":

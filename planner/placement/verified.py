@@ -20,13 +20,13 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from planner.placement.linear import BackendName
-from planner.placement.problem import ProblemInvalid, parse_problem
-from planner.placement.replay import ReplayReport, Traffic, replay
+from planner.placement.problem import Problem, ProblemInvalid, parse_problem
+from planner.placement.replay import ONE_REPLICA, ReplayReport, Traffic, replay
 from planner.placement.solver import DEFAULT_BACKEND, solve
 
 #: Re-solves after the first, at most.
@@ -105,22 +105,62 @@ def _exclusions(report: ReplayReport, problem: Mapping[str, Any]) -> dict[str, s
     return out
 
 
-def _raises(report: ReplayReport, solution: Mapping[str, Any]) -> dict[str, float]:
-    """Demand -> factor to raise its burst by: the worst ``needed ÷ live`` of the pools it
-    is routed to that miss."""
-    routed: dict[tuple[str, str], set[str]] = {}
+def _scenario_level(scenario: str) -> int:
+    """The promise level a scenario judges: 0 all up, 1 one replica lost, 2 a zone lost."""
+    if scenario == ONE_REPLICA:
+        return 1
+    if scenario.startswith("zone "):
+        return 2
+    return 0
+
+
+def _raises(
+    report: ReplayReport,
+    solution: Mapping[str, Any],
+    problem: Problem,
+    raised_before: Collection[str] = (),
+) -> dict[str, float]:
+    """Demand -> factor to raise its burst by, from each pool that misses.
+
+    The pool's floor for the scenario (capacity all up, N+1 with one replica lost, zone
+    loss) keeps ``live`` replicas for the load its constraint counts, ``L`` replicas' worth
+    at the target utilisation. To keep ``needed_live``, that load must pass
+    ``needed_live − 1``: the demands that miss carry the difference, each raised in
+    proportion to its own load there. Where the pool's live count was not set by that load
+    (``L`` already past the mark), or for a demand raised in an earlier round that still
+    misses (the solver moved its load between pools instead), the raise is ``needed ÷ live``.
+    The worst pool wins.
+    """
+    demands = {d.id: d for d in problem.demands}
+    loads: dict[tuple[str, str], dict[str, float]] = {}
     for row in solution.get("routing", []):
-        routed.setdefault((str(row["region"]), str(row["shape"])), set()).add(str(row["demand"]))
+        demand = demands[str(row["demand"])]
+        shape = problem.shape(str(row["shape"]))
+        load = (
+            float(row["requests_per_s"])
+            * problem.request_cost_s(demand, shape)
+            / shape.target_utilization
+        )
+        pool = loads.setdefault((str(row["region"]), shape.name), {})
+        pool[demand.id] = pool.get(demand.id, 0.0) + load
     out: dict[str, float] = {}
     for short in report.shortfalls:
-        if short.needed_live is None:
+        if short.needed_live is None or not short.demands:
             continue
-        factor = max(MIN_RAISE, short.needed_live / max(short.live, 1))
+        level = _scenario_level(short.scenario)
+        pool = loads.get((short.region, short.shape), {})
+        counted = sum(v for did, v in pool.items() if demands[did].promise_level >= level)
+        missing = sum(pool.get(did, 0.0) for did in short.demands)
+        mark = short.needed_live - 1 + 0.05
+        coarse = short.needed_live / max(short.live, 1)
         if short.live <= 0:
-            # A zone holding every replica of the pool: the floor already requires two
-            # zones, so only more load moves it; double it.
-            factor = max(factor, 2.0)
-        for did in routed.get((short.region, short.shape), ()):
+            # A zone holding every replica of the pool: only more load spreads it.
+            coarse = max(coarse, 2.0)
+        precise = coarse
+        if short.live > 0 and missing > 0 and short.live - 1 <= counted < mark:
+            precise = 1.0 + (mark - counted) / missing
+        for did in short.demands:
+            factor = max(MIN_RAISE, coarse if did in raised_before else precise)
             out[did] = max(out.get(did, 1.0), factor)
     return out
 
@@ -134,16 +174,26 @@ def solve_verified(
     seed: int = 0,
     backend: BackendName = DEFAULT_BACKEND,
     max_rounds: int = MAX_ROUNDS,
+    solver: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None,
 ) -> Verified:
-    """Solve ``problem`` (the ``placement-problem/v1`` dict), replay, re-solve (module doc)."""
+    """Solve ``problem`` (the ``placement-problem/v1`` dict), replay, re-solve (module doc).
+
+    ``solver`` replaces ``planner.placement.solve`` with these settings (a caller's own
+    wrapper of it); it takes the problem and returns the solution dict."""
+
+    def solve_one(document: Mapping[str, Any]) -> dict[str, Any]:
+        if solver is not None:
+            return solver(document)
+        return solve(
+            document, time_limit_s=time_limit_s, workers=workers, seed=seed, backend=backend
+        )
+
     current = copy.deepcopy(dict(problem))
     rounds: list[Round] = []
     judged = any(d.get("ttft_slo_s") is not None for d in current.get("demands", []))
     while True:
         started = time.perf_counter()
-        solution = solve(
-            current, time_limit_s=time_limit_s, workers=workers, seed=seed, backend=backend
-        )
+        solution = solve_one(current)
         solved_s = time.perf_counter() - started
         if solution["status"] == "invalid" or not judged:
             rounds.append(Round(float(solution.get("cost_per_hour") or 0.0), True, solved_s, 0.0))
@@ -153,7 +203,8 @@ def solve_verified(
         except ProblemInvalid:  # solve() accepted it; cannot happen
             raise
         report = replay(parsed, solution, traffic, seed=seed)
-        raises = {} if report.holds else _raises(report, solution)
+        earlier = {did for r in rounds for did in r.raised}
+        raises = {} if report.holds else _raises(report, solution, parsed, earlier)
         excludes = {} if report.holds else _exclusions(report, current)
         rounds.append(
             Round(

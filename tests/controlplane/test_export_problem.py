@@ -158,10 +158,17 @@ def test_demands_carry_residency_spill_promise_and_priority() -> None:
         "output_tokens": 80,
         "prefix_cache_hit_rate": 0.35,
         "residence_s": 3.8,
+        # The tier's objective and the profile's p95 lengths: shape eligibility and replay.
+        "ttft_slo_s": 1.5,
+        "prompt_tokens_p95": 2970,
+        "output_tokens_p95": 215,
         "promise": "zone",
         "priority": 0,
     }
     assert "max_spill_rtt_ms" not in resident  # no spill allowed
+    # A declared profile has no measured burstiness (replays synthesise Poisson arrivals)
+    # and no request log.
+    assert "arrival_scv" not in resident and "request_trace" not in resident
 
     us_resident = demand(problem, "keystone-mutual/chat-70b/order-lookup")
     assert us_resident["allowed_regions"] == ["us-east"]

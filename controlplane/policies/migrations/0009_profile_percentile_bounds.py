@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("policies", "0007_figure_bounds"),
+        ("policies", "0008_profile_burstiness"),
     ]
 
     operations = [

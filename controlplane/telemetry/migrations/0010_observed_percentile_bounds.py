@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("telemetry", "0008_pool_drift_alert"),
+        ("telemetry", "0009_request_trace_burstiness"),
     ]
 
     operations = [
