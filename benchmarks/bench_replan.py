@@ -330,6 +330,7 @@ class Phases:
 class Result:
     case: str
     history: bool
+    replay: bool
     demands: int
     allocations: int
     solver_status: str
@@ -339,12 +340,16 @@ class Result:
     total_s: float
     phases: dict[str, float]
     unchanged_s: float
+    rounds: int = 1
+    replay_s: float = 0.0
+    holds: bool | None = None
 
 
-def measure(case: str, load: Callable[[], object], *, history: bool) -> Result:
+def measure(case: str, load: Callable[[], object], *, history: bool, replay: bool = True) -> Result:
     from controlplane.plans import services
     from controlplane.plans.models import Plan, ReplanRun
 
+    os.environ["HEADROOM_REPLAY_VERIFY"] = "true" if replay else "false"
     _empty_database()
     load()
     original_history = services.rate_history  # type: ignore[attr-defined]
@@ -368,9 +373,15 @@ def measure(case: str, load: Callable[[], object], *, history: bool) -> Result:
     plan = done.plan
     assert plan is not None
     band = plan.forecast_band
+    verification = plan.solution.get("verification") or {}
+    rounds = verification.get("rounds") or [{}]
     return Result(
         case=case,
         history=history,
+        replay=replay,
+        rounds=len(rounds),
+        replay_s=sum(float(r.get("replay_seconds", 0.0)) for r in rounds),
+        holds=verification.get("holds") if verification.get("replayed") else None,
         demands=len(plan.problem["demands"]),
         allocations=plan.allocations.count(),
         solver_status=plan.solver_status,
@@ -397,17 +408,22 @@ def machine() -> str:
 
 def table(results: Sequence[Result]) -> str:
     lines = [
-        "| case | history | demands | allocations | solver | gap | cost $/h | band $/h (low–high) "
-        "| inputs s | solves s | store s | total s | unchanged s |",
-        "| --- | --- | ---: | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| case | history | replay | demands | allocations | solver | gap | cost $/h "
+        "| band $/h (low–high) | inputs s | solves s | rounds | replay s | holds | store s "
+        "| total s | unchanged s |",
+        "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: "
+        "| --- | ---: | ---: | ---: |",
     ]
     for r in results:
         low, high = r.band
         band = f"{low:.2f}–{high:.2f}" if low is not None and high is not None else "–"
+        holds = "–" if r.holds is None else ("yes" if r.holds else "no")
         lines.append(
-            f"| {r.case} | {'yes' if r.history else 'no'} | {r.demands} | {r.allocations} | "
+            f"| {r.case} | {'yes' if r.history else 'no'} | {'on' if r.replay else 'off'} | "
+            f"{r.demands} | {r.allocations} | "
             f"{r.solver_status} | {r.gap:.2%} | {r.cost_per_hour:.2f} | {band} | "
             f"{r.phases.get('inputs', 0.0):.2f} | {r.phases.get('solve', 0.0):.2f} | "
+            f"{r.rounds} | {r.replay_s:.2f} | {holds} | "
             f"{r.phases.get('store', 0.0):.2f} | **{r.total_s:.2f}** | {r.unchanged_s:.2f} |"
         )
     return "\n".join(lines)
@@ -512,13 +528,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = []
         for name, load in cases:
             for history in (False, True):
-                result = measure(name, load, history=history)
-                results.append(result)
-                print(
-                    f"{name} history={history}: {result.total_s:.2f} s "
-                    f"({result.solver_status}, {result.allocations} allocations)",
-                    file=sys.stderr,
-                )
+                # Replay verification off (the re-plan as it was) and on, side by side.
+                for replay in (False, True):
+                    result = measure(name, load, history=history, replay=replay)
+                    results.append(result)
+                    print(
+                        f"{name} history={history} replay={replay}: {result.total_s:.2f} s "
+                        f"({result.solver_status}, {result.allocations} allocations)",
+                        file=sys.stderr,
+                    )
         database = f"{connection.vendor} ({'given' if args.database_url else 'temporary file'})"
         text = section(results, database, settings_line)
         print(text)

@@ -113,7 +113,9 @@ def busiest_window(arrival_s: npt.ArrayLike, span_s: float = BUSY_WINDOW_S) -> t
     return float(times[best]), float(times[best] + span)
 
 
-def _window_counts(times: FloatArray, start: float, width: float, span: float) -> npt.NDArray:
+def _window_counts(
+    times: FloatArray, start: float, width: float, span: float
+) -> npt.NDArray[np.int64]:
     """Counts of arrivals in consecutive ``width`` windows covering [start, start + span)."""
     bins = max(1, math.floor(span / width))
     index = np.floor((times - start) / width).astype(np.int64)
@@ -121,7 +123,7 @@ def _window_counts(times: FloatArray, start: float, width: float, span: float) -
     return np.bincount(index, minlength=bins)[:bins]
 
 
-def _dispersion(counts: npt.NDArray) -> float:
+def _dispersion(counts: npt.NDArray[np.int64] | FloatArray) -> float:
     mean = float(np.mean(counts))
     if mean <= 0:
         return 1.0

@@ -343,10 +343,10 @@ def replay(
     replicas: dict[tuple[str, str], int] = defaultdict(int)
     zone_replicas: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
     for row in solution.get("replicas", []):
-        zone, shape = str(row["zone"]), str(row["shape"])
+        zone, shape_name = str(row["zone"]), str(row["shape"])
         region = problem.region_of_zone(zone)
-        replicas[(region, shape)] += int(row["replicas"])
-        zone_replicas[(region, shape)][zone] = int(row["replicas"])
+        replicas[(region, shape_name)] += int(row["replicas"])
+        zone_replicas[(region, shape_name)][zone] = int(row["replicas"])
     routes: dict[str, list[tuple[str, str, float]]] = defaultdict(list)
     for row in solution.get("routing", []):
         if float(row["requests_per_s"]) > 0:
@@ -375,8 +375,10 @@ def replay(
         # cumulative shares; a share of 1 − served is the unserved part, not replayed.
         n = arrival.shape[0]
         u = np.mod(np.arange(n) * _GOLDEN + (_seed_of(did, seed) % 1000) / 1000.0, 1.0)
-        bounds = np.cumsum([rate / planned for _, _, rate in routes[did]]) if planned else []
-        pick = np.searchsorted(np.asarray(bounds), u, side="right")
+        bounds: FloatArray = (
+            np.cumsum([rate / planned for _, _, rate in routes[did]]) if planned else np.zeros(0)
+        )
+        pick = np.searchsorted(bounds, u, side="right")
         sources[did] = (own.source, int(np.sum(pick < len(routes[did]))))
         if served_share < 1.0 - 1e-9:
             notes.append(
