@@ -32,6 +32,83 @@ class PlanRoutingSerializer(serializers.ModelSerializer[PlanRouting]):
         fields = ("demand", "tenant", "region", "shape", "requests_per_s")
 
 
+class ReplayVerdictSerializer(serializers.Serializer[dict[str, Any]]):
+    """One demand's replay: its p95 TTFT per failure scenario against its objective."""
+
+    demand = serializers.CharField()
+    tenant = serializers.CharField()
+    source = serializers.CharField(help_text='"request log" or "synthesised" arrivals.')
+    requests = serializers.IntegerField(help_text="Requests replayed.")
+    ttft_slo_s = serializers.FloatField(allow_null=True, help_text="The tier's p95 TTFT, s.")
+    p95_ttft_s = serializers.DictField(
+        child=serializers.FloatField(allow_null=True),
+        help_text='p95 TTFT (s) per scenario: "all up", "one replica lost", "zone Z lost"; '
+        "null: requests that no replica serves.",
+    )
+    worst_scenario = serializers.CharField()
+    worst_p95_ttft_s = serializers.FloatField(allow_null=True)
+    holds = serializers.BooleanField(allow_null=True, help_text="null: no objective.")
+
+
+class ExcludedShapeSerializer(serializers.Serializer[dict[str, Any]]):
+    demand = serializers.CharField()
+    shape = serializers.CharField()
+    reason = serializers.CharField()
+
+
+class RaisedLoadSerializer(serializers.Serializer[dict[str, Any]]):
+    burst_before = serializers.FloatField()
+    burst = serializers.FloatField()
+
+
+class VerificationSerializer(serializers.Serializer[dict[str, Any]]):
+    """The plan's replay verification (``planner.placement.replay``)."""
+
+    replayed = serializers.BooleanField()
+    holds = serializers.BooleanField(
+        allow_null=True, help_text="Every demand with an objective holds it; null: not replayed."
+    )
+    quantile = serializers.FloatField(required=False)
+    demands = ReplayVerdictSerializer(many=True)
+    excluded_shapes = ExcludedShapeSerializer(many=True)
+    raised = serializers.DictField(
+        child=RaisedLoadSerializer(),
+        help_text="Demands whose load (burst) the replay raised so that it holds.",
+    )
+    rounds = serializers.IntegerField(help_text="Solves it took.")
+
+
+def verification_document(plan: Plan, tenant: str | None = None) -> dict[str, Any]:
+    """The plan's verification as the API shows it, cut to ``tenant``'s demands if given."""
+    solution = plan.solution or {}
+    stored = solution.get("verification") or {}
+    demands = list(stored.get("demands", []))
+    excluded = list(solution.get("excluded_shapes", []))
+    raised = dict(stored.get("raised", {}))
+    if tenant is not None:
+        mine = {
+            str(d["id"])
+            for d in (plan.problem or {}).get("demands", [])
+            if d.get("tenant") == tenant
+        }
+        demands = [v for v in demands if v.get("tenant") == tenant]
+        excluded = [row for row in excluded if row.get("demand") in mine]
+        raised = {k: v for k, v in raised.items() if k in mine}
+    out: dict[str, Any] = {
+        "replayed": bool(stored.get("replayed")),
+        "holds": stored.get("holds") if stored.get("replayed") else None,
+        "demands": demands,
+        "excluded_shapes": excluded,
+        "raised": raised,
+        "rounds": len(stored.get("rounds", [])),
+    }
+    if "quantile" in stored:
+        out["quantile"] = stored["quantile"]
+    if tenant is not None and stored.get("replayed"):
+        out["holds"] = all(v.get("holds") is not False for v in demands)
+    return out
+
+
 _PLAN_SUMMARY_FIELDS: tuple[str, ...] = (
     "id",
     "version",
@@ -72,7 +149,13 @@ class PlanSerializer(serializers.ModelSerializer[Plan]):
 
 
 # A plan as a tenant key sees it, and the documents only a fleet-wide caller gets.
-_PLAN_TENANT_FIELDS = (*_PLAN_SUMMARY_FIELDS, "allocations", "routing", "unserved")
+_PLAN_TENANT_FIELDS = (
+    *_PLAN_SUMMARY_FIELDS,
+    "allocations",
+    "routing",
+    "unserved",
+    "verification",
+)
 _PLAN_FLEET_DOCUMENTS = ("binding", "stale_figures", "forecast_band", "diff", "explanation")
 
 
@@ -95,10 +178,17 @@ class PlanDetailSerializer(PlanSerializer):
     allocations = PlanAllocationSerializer(many=True, read_only=True)
     routing = PlanRoutingSerializer(many=True, read_only=True)
     unserved = serializers.SerializerMethodField()
+    verification = serializers.SerializerMethodField()
 
     class Meta(PlanSerializer.Meta):
         fields = (*_PLAN_TENANT_FIELDS, *_PLAN_FLEET_DOCUMENTS)
         read_only_fields = fields
+
+    @extend_schema_field(VerificationSerializer)
+    def get_verification(self, plan: Plan) -> dict[str, Any]:
+        """Each demand's replayed p95 TTFT against its objective, the shapes excluded for it
+        and the loads raised."""
+        return verification_document(plan)
 
     def get_unserved(self, plan: Plan) -> list[dict[str, Any]]:
         """Demands left (partly) unserved, requests/s in planned units."""
@@ -115,10 +205,15 @@ class PlanTenantDetailSerializer(PlanSerializer):
     allocations = serializers.SerializerMethodField()
     routing = serializers.SerializerMethodField()
     unserved = serializers.SerializerMethodField()
+    verification = serializers.SerializerMethodField()
 
     class Meta(PlanSerializer.Meta):
         fields = _PLAN_TENANT_FIELDS
         read_only_fields = fields
+
+    @extend_schema_field(VerificationSerializer)
+    def get_verification(self, plan: Plan) -> dict[str, Any]:
+        return verification_document(plan, tenant=str(self.context["tenant"]))
 
     def _routing(self, plan: Plan) -> list[PlanRouting]:
         tenant = self.context["tenant"]

@@ -361,6 +361,7 @@ class PlanPage:
     decisions: list[PlanDecision]
     active: Plan | None
     newest_version: int | None
+    replay: list[ReplayRow] = field(default_factory=list)
 
     @property
     def decidable(self) -> bool:
@@ -451,6 +452,42 @@ def _plan_unserved(plan: Plan) -> list[UnservedRow]:
     return sorted(out, key=lambda r: (r.priority, -r.requests_per_s, r.demand))
 
 
+@dataclass(frozen=True)
+class ReplayRow:
+    """One demand's replayed p95 TTFT against its tier's objective (seconds; None: never
+    served)."""
+
+    demand: str
+    tenant: str
+    source: str
+    requests: int
+    objective_s: float | None
+    all_up_s: float | None
+    worst_s: float | None
+    worst_scenario: str
+    holds: bool | None
+
+
+def plan_replay(plan: Plan) -> list[ReplayRow]:
+    """The plan's replay verdicts, those that miss first, then by tenant and demand."""
+    verification = (plan.solution or {}).get("verification") or {}
+    rows = [
+        ReplayRow(
+            demand=str(v["demand"]),
+            tenant=str(v["tenant"]),
+            source=str(v.get("source", "")),
+            requests=int(v.get("requests", 0)),
+            objective_s=v.get("ttft_slo_s"),
+            all_up_s=(v.get("p95_ttft_s") or {}).get("all up"),
+            worst_s=v.get("worst_p95_ttft_s"),
+            worst_scenario=str(v.get("worst_scenario", "")),
+            holds=v.get("holds"),
+        )
+        for v in verification.get("demands", [])
+    ]
+    return sorted(rows, key=lambda r: (r.holds is not False, r.tenant, r.demand))
+
+
 def plan_page(plan: Plan) -> PlanPage:
     regions, error = plan_regions(plan, figure_freshness())
     newest = Plan.objects.order_by("-version").values_list("version", flat=True).first()
@@ -465,6 +502,7 @@ def plan_page(plan: Plan) -> PlanPage:
         decisions=list(plan.decisions.select_related("actor")),
         active=Plan.objects.filter(state=Plan.State.ACTIVE).only("pk", "version").first(),
         newest_version=newest,
+        replay=plan_replay(plan),
     )
 
 

@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 from django.core.management import call_command
+from django.test import Client
 
+from controlplane.core.roles import VIEWER
 from controlplane.plans.models import Plan
 from controlplane.plans.services import demand_traffic
 from controlplane.policies.models import WorkloadProfile
@@ -119,7 +121,7 @@ def _bursty_log(path: Path, seed: int = 3) -> None:
 
 
 def test_a_bursty_log_is_re_solved_with_raised_load_until_its_replay_holds(
-    tmp_path: Path,
+    tmp_path: Path, role_users: dict[str, Any], api_client_for: Any
 ) -> None:
     load_support_assistant()
     log = tmp_path / "bursty.csv"
@@ -144,6 +146,19 @@ def test_a_bursty_log_is_re_solved_with_raised_load_until_its_replay_holds(
     assert stored["burst"] == raised["burst"]
     assert stored["burst_before_replay"] == raised["burst_before"]
     assert plan.state == Plan.State.ACTIVE
+
+    # The page and the API show each demand's replayed p95 against its objective.
+    client = Client()
+    client.force_login(role_users[VIEWER])
+    page = client.get(f"/plans/v{plan.version}/").content.decode()
+    assert "SLO under replay" in page and "Replay holds" in page
+    assert verdict["demand"] in page and "request log" in page
+    assert "load raised from burst" in page
+    body = api_client_for(VIEWER).get(f"/api/plans/{plan.pk}/").json()
+    shown = next(v for v in body["verification"]["demands"] if v["demand"] == verdict["demand"])
+    assert shown["holds"] and shown["ttft_slo_s"] == 1.5
+    assert body["verification"]["rounds"] == len(rounds)
+    assert body["verification"]["raised"][verdict["demand"]]["burst"] == raised["burst"]
 
     # The first round's plan, replayed on its own, is what missed.
     first = dict(plan.problem)
