@@ -344,9 +344,8 @@ def solve_and_verify(
         demand_traffic(problem),
         seed=settings.solver_seed,
         max_rounds=settings.replay_max_rounds,
-        solver=lambda document: _solve(
-            document, time_limit_s=settings.time_limit_s, settings=settings
-        ),
+        time_limit_s=settings.time_limit_s,
+        solver=lambda document, limit_s: _solve(document, time_limit_s=limit_s, settings=settings),
     )
     solution = dict(result.solution)
     if solution.get("status") != "invalid":

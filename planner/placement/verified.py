@@ -33,6 +33,8 @@ from planner.placement.solver import DEFAULT_BACKEND, solve
 MAX_ROUNDS = 4
 #: A raise is at least this much, so a round always moves the plan.
 MIN_RAISE = 1.02
+#: A re-solve's share of the first solve's time limit (it starts from the round before).
+RESOLVE_SHARE = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -174,26 +176,37 @@ def solve_verified(
     seed: int = 0,
     backend: BackendName = DEFAULT_BACKEND,
     max_rounds: int = MAX_ROUNDS,
-    solver: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None,
+    solver: Callable[[Mapping[str, Any], float], dict[str, Any]] | None = None,
+    resolve_share: float = RESOLVE_SHARE,
 ) -> Verified:
     """Solve ``problem`` (the ``placement-problem/v1`` dict), replay, re-solve (module doc).
 
-    ``solver`` replaces ``planner.placement.solve`` with these settings (a caller's own
-    wrapper of it); it takes the problem and returns the solution dict."""
+    A re-solve starts from the round before it (its replicas as ``previous``: the raise is a
+    small change of that plan) with ``resolve_share`` of the time limit; the problem returned
+    keeps the caller's own ``previous``. ``solver`` replaces ``planner.placement.solve`` (a
+    caller's wrapper of it): it takes the problem and a time limit and returns the solution.
+    """
 
-    def solve_one(document: Mapping[str, Any]) -> dict[str, Any]:
+    def solve_one(document: Mapping[str, Any], limit_s: float) -> dict[str, Any]:
         if solver is not None:
-            return solver(document)
-        return solve(
-            document, time_limit_s=time_limit_s, workers=workers, seed=seed, backend=backend
-        )
+            return solver(document, limit_s)
+        return solve(document, time_limit_s=limit_s, workers=workers, seed=seed, backend=backend)
 
     current = copy.deepcopy(dict(problem))
     rounds: list[Round] = []
     judged = any(d.get("ttft_slo_s") is not None for d in current.get("demands", []))
     while True:
         started = time.perf_counter()
-        solution = solve_one(current)
+        if rounds:
+            start = [
+                {"zone": r["zone"], "shape": r["shape"], "replicas": r["replicas"]}
+                for r in solution.get("replicas", [])
+            ]
+            solution = solve_one(
+                {**current, "previous": start}, max(0.5, time_limit_s * resolve_share)
+            )
+        else:
+            solution = solve_one(current, time_limit_s)
         solved_s = time.perf_counter() - started
         if solution["status"] == "invalid" or not judged:
             rounds.append(Round(float(solution.get("cost_per_hour") or 0.0), True, solved_s, 0.0))
