@@ -234,8 +234,7 @@ def in_flight_query(namespace: str, selector: Mapping[str, str]) -> str:
     ]
     labels = ",".join(matchers)
     return (
-        f"sum(vllm:num_requests_running{{{labels}}})"
-        f" + sum(vllm:num_requests_waiting{{{labels}}})"
+        f"sum(vllm:num_requests_running{{{labels}}}) + sum(vllm:num_requests_waiting{{{labels}}})"
     )
 
 
