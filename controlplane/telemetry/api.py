@@ -61,6 +61,7 @@ class TelemetryPullSerializer(serializers.ModelSerializer[TelemetryPull]):
             "samples_stored",
             "skipped_series",
             "unknown_labels",
+            "missing_metrics",
             "error",
         ]
 

@@ -468,6 +468,14 @@ def _derive(
             skipped.append({"series": str(labels), "reason": "pool capacity signals only"})
             measured.append((obs, None))
             continue
+        if conf.gateway:
+            # The gateway is how tenants are told apart: a pool it measured no tenant in
+            # (its names not found, the pool not behind it) is nobody's demand, never the
+            # first tenant's.
+            reason = f"the gateway ({conf.gateway}) measured no tenant in this pool"
+            skipped.append({"series": str(labels), "reason": reason})
+            measured.append((obs, None))
+            continue
         model, region = names["model"].get(labels.model), names["region"].get(labels.region)
         tenants = (
             selectors.pool_tenant_names(model=model, region=region) if model and region else []

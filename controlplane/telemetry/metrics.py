@@ -34,6 +34,17 @@ Tenant demand comes from a **gateway** in front of the pools where one is config
   ``status_code``; counted here for 2xx only), ``litellm_input_tokens_metric`` and
   ``litellm_output_tokens_metric`` (the same identity labels, ``model`` and
   ``requested_model``). ``requested_model`` is the model name clients send (the pool's).
+  Releases before BerriAI/litellm#13271 (merged 2025-08-04) named the token counters
+  ``litellm_input_tokens`` and ``litellm_output_tokens`` (exposed as
+  ``litellm_input_tokens_total`` and ``litellm_output_tokens_total``), with the same labels:
+  a gateway's names are read together (``or``), so proxies of both releases count. LiteLLM
+  writes no region label: the scrape config of each
+  region's proxy adds one as a target label.
+
+A name map entry no series answers under any of its names is reported by the pull
+(``TelemetryPull.missing_metrics``); an engine or gateway that answers none of its names at
+all is named in the pull's ``error``, and with a gateway configured no pool's demand is filed
+under a tenant the gateway did not measure.
 
 Prometheus' client appends ``_total`` to a counter's name in the exposition (vLLM V1 defines
 ``vllm:prompt_tokens`` and exposes ``vllm:prompt_tokens_total``): the names here are the
@@ -151,12 +162,15 @@ GATEWAY_PROMPT_TOKENS = "gateway:prompt_tokens_total"
 GATEWAY_OUTPUT_TOKENS = "gateway:output_tokens_total"
 GATEWAY_METRICS = (GATEWAY_REQUESTS, GATEWAY_PROMPT_TOKENS, GATEWAY_OUTPUT_TOKENS)
 
-# Gateway → stored name → the counter selector it reads.
-GATEWAYS: dict[str, dict[str, str]] = {
+# Gateway → stored name → the counter selectors it reads, tried in order.
+GATEWAYS: dict[str, dict[str, tuple[str, ...]]] = {
     "litellm": {
-        GATEWAY_REQUESTS: 'litellm_proxy_total_requests_metric_total{status_code=~"2.."}',
-        GATEWAY_PROMPT_TOKENS: "litellm_input_tokens_metric_total",
-        GATEWAY_OUTPUT_TOKENS: "litellm_output_tokens_metric_total",
+        GATEWAY_REQUESTS: ('litellm_proxy_total_requests_metric_total{status_code=~"2.."}',),
+        GATEWAY_PROMPT_TOKENS: ("litellm_input_tokens_metric_total", "litellm_input_tokens_total"),
+        GATEWAY_OUTPUT_TOKENS: (
+            "litellm_output_tokens_metric_total",
+            "litellm_output_tokens_total",
+        ),
     }
 }
 
@@ -170,6 +184,7 @@ class Query:
     promql: str
     by_le: bool = False
     fallbacks: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()  # the exposed names asked for, in order (for reports)
 
 
 def gateway_queries(labels: LabelConfig, bucket_s: int, gateway: str) -> list[Query]:
@@ -177,10 +192,17 @@ def gateway_queries(labels: LabelConfig, bucket_s: int, gateway: str) -> list[Qu
     if not gateway:
         return []
     by = ", ".join(labels.names)
-    return [
-        Query(stored, f"sum by ({by}) (increase({selector}[{bucket_s}s]))")
-        for stored, selector in GATEWAYS[gateway].items()
-    ]
+    queries = []
+    for stored, selectors in GATEWAYS[gateway].items():
+        # One query over every name, joined with ``or``: a fleet whose proxies run releases
+        # from before and after a rename has series under both, one name per label set (a
+        # label set the first name answers is taken from it alone).
+        promql = " or ".join(
+            f"sum by ({by}) (increase({selector}[{bucket_s}s]))" for selector in selectors
+        )
+        names = tuple(selector.partition("{")[0] for selector in selectors)
+        queries.append(Query(stored, promql, names=names))
+    return queries
 
 
 def _promql(family: MetricFamily, exposed: str, suffix: str, by: str, window: str) -> str:
@@ -211,6 +233,7 @@ def pull_queries(labels: LabelConfig, bucket_s: int, engine: str = "vllm-v1") ->
                     promqls[0],
                     by_le=suffix == "_bucket",
                     fallbacks=tuple(promqls[1:]),
+                    names=tuple(name + suffix for name in exposed),
                 )
             )
     return queries

@@ -125,6 +125,12 @@ class TelemetryPull(Job):
     unknown_labels = models.JSONField(
         default=list, blank=True, help_text="Label values no tenant, model or region has."
     )
+    missing_metrics = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Metrics no series answered, each with the names asked for "
+        "('stored: exposed | fallback').",
+    )
 
     class Meta:
         ordering = ["-started_at", "-pk"]
@@ -148,6 +154,7 @@ class TelemetryPull(Job):
             "samples_fetched": self.samples_fetched,
             "samples_stored": self.samples_stored,
             "unknown_labels": list(self.unknown_labels),
+            "missing_metrics": list(self.missing_metrics),
             "error": self.error,
         }
 

@@ -12,7 +12,8 @@ import pytest
 from celery.exceptions import Retry
 
 from controlplane.pipeline import tasks
-from controlplane.telemetry.derive import derivation_follows_pull
+from controlplane.policies.models import WorkloadProfile
+from controlplane.telemetry.derive import derivation_follows_pull, workload_profiles_derive
 from controlplane.telemetry.metrics import (
     E2E_HIST,
     KV_USAGE,
@@ -402,3 +403,55 @@ def test_each_engine_is_read_under_its_own_names(
     asked = {q["query"].split("(")[-1].split("[")[0] for q in prom.queries}
     assert kv_name in asked and requests_name in asked
     assert not any(absent in q for q in asked)
+
+
+def test_a_gateway_that_answers_none_of_its_names_is_named_on_the_pull(
+    prom: FakePrometheus, settings: Any
+) -> None:
+    """LiteLLM's counters under names the map does not list (here: none at all) leave every
+    gateway query empty: the pull says which names it asked for, and the pool's demand is not
+    filed under the pool's tenant, who may have sent nothing."""
+    settings.HEADROOM_TELEMETRY_GATEWAY = "litellm"
+    pool = {"model_name": "chat-70b", "region": "eu-west"}
+    _register(prom, pool)
+    prom.add("litellm_input_tokens_metric_tokens", {**pool, "api_key_alias": "x"}, lambda t: 1.0)
+    end = T0 + timedelta(hours=1)
+    pull = telemetry_pull(window_start=T0, window_end=end)
+    assert pull.status == RunStatus.SUCCEEDED
+    assert (
+        "gateway:prompt_tokens_total: litellm_input_tokens_metric_total | "
+        "litellm_input_tokens_total" in pull.missing_metrics
+    )
+    assert "gateway:requests_total: litellm_proxy_total_requests_metric_total" in (
+        pull.missing_metrics
+    )
+    assert "the gateway (litellm) answered none of its metrics" in pull.error
+    assert "litellm_output_tokens_total" in pull.error
+    assert pull.summary()["missing_metrics"] == pull.missing_metrics
+    assert not TelemetrySeries.objects.filter(metric__startswith="gateway:").exists()
+
+    run = workload_profiles_derive(window_start=T0, window_end=end)
+    assert run.status == RunStatus.SUCCEEDED
+    assert run.profiles_created == 0
+    assert not WorkloadProfile.objects.filter(tenant__name="northwind").exists()
+    assert {
+        "series": "/chat-70b/eu-west/observed",
+        "reason": "the gateway (litellm) measured no tenant in this pool",
+    } in run.skipped
+
+
+def test_an_engine_that_answers_none_of_its_names_is_named_on_the_pull(
+    prom: FakePrometheus, settings: Any
+) -> None:
+    settings.HEADROOM_TELEMETRY_ENGINE = "sglang"
+    _register(prom, LABELS)  # vLLM V1's names: SGLang's map finds none of them
+    pull = telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert pull.status == RunStatus.SUCCEEDED and pull.samples_stored == 0
+    assert "the engine's metrics (sglang) answered no series" in pull.error
+    assert "vllm:request_success_total: sglang:num_requests_total" in pull.missing_metrics
+
+
+def test_a_complete_pull_names_no_missing_metric(prom: FakePrometheus) -> None:
+    _register(prom, LABELS)
+    pull = telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert pull.missing_metrics == [] and pull.error == ""

@@ -13,8 +13,13 @@ Definitions copied from (the project's path and version):
 - SGLang: ``python/sglang/srt/metrics/collector.py``, ``TokenizerMetricsCollector`` (with
   ``collect_tokens_histogram``) and ``SchedulerMetricsCollector`` (commit 00ae9c15): labels
   ``model_name`` and ``engine_type``.
-- LiteLLM proxy (a gateway, not an engine): ``litellm/integrations/prometheus.py`` and the
-  label lists of ``litellm/types/integrations/prometheus.py`` (``PrometheusMetricLabels``).
+- LiteLLM proxy (a gateway, not an engine): ``litellm/integrations/prometheus.py``
+  (``PrometheusLogger.__init__``, commit 002de3dd) and the label lists of
+  ``litellm/types/integrations/prometheus.py`` (``PrometheusMetricLabels``, commit 02672640):
+  ``litellm_proxy_total_requests_metric``, ``litellm_input_tokens_metric`` and
+  ``litellm_output_tokens_metric``; with ``release="before-13271"`` the token counters as
+  releases before BerriAI/litellm#13271 (merged 2025-08-04) named them,
+  ``litellm_input_tokens`` and ``litellm_output_tokens`` (exposed with ``_total``), same labels.
 """
 
 from __future__ import annotations
@@ -290,10 +295,16 @@ class LiteLlm(Engine):
     counted as LiteLLM counts it. ``share`` maps alias → the fraction of requests it sends."""
 
     name = "litellm"
+    # The token counters' names by release: BerriAI/litellm#13271 appended ``_metric``.
+    TOKEN_COUNTERS = {
+        "current": ("litellm_input_tokens_metric", "litellm_output_tokens_metric"),
+        "before-13271": ("litellm_input_tokens", "litellm_output_tokens"),
+    }
 
-    def __init__(self, model: str, share: dict[str, float]) -> None:
+    def __init__(self, model: str, share: dict[str, float], release: str = "current") -> None:
         super().__init__(model)
         r = self.registry
+        input_name, output_name = self.TOKEN_COUNTERS[release]
         self.share = share
         self.tenants: dict[str, Truth] = {alias: Truth() for alias in share}
         self.total_requests = Counter(
@@ -304,10 +315,10 @@ class LiteLlm(Engine):
             registry=r,
         )
         token_labels = [*_LITELLM_IDENTITY[:3], "model", *_LITELLM_IDENTITY[3:], "requested_model"]
-        self.input_tokens = Counter("litellm_input_tokens_metric", "Total number of input "
-                                    "tokens from LLM requests", token_labels, registry=r)  # fmt: skip
-        self.output_tokens = Counter("litellm_output_tokens_metric", "Total number of output "
-                                     "tokens from LLM requests", token_labels, registry=r)  # fmt: skip
+        self.input_tokens = Counter(input_name, "Total number of input tokens from LLM "
+                                    "requests", token_labels, registry=r)  # fmt: skip
+        self.output_tokens = Counter(output_name, "Total number of output tokens from LLM "
+                                     "requests", token_labels, registry=r)  # fmt: skip
         self.counted = 0
 
     def set_state(self, running: int, waiting: int) -> None:

@@ -26,7 +26,12 @@ import pytest
 from controlplane.fleet.models import LlmModel
 from controlplane.telemetry.derive import workload_profiles_derive
 from controlplane.telemetry.metrics import KV_USAGE, PREFIX_HITS, REQUESTS
-from controlplane.telemetry.models import ObservedWorkload, RunStatus, TelemetrySeries
+from controlplane.telemetry.models import (
+    ObservedWorkload,
+    RunStatus,
+    TelemetryPull,
+    TelemetrySeries,
+)
 from controlplane.telemetry.pull import telemetry_pull
 from tests.controlplane.telemetry_fakes import make_fleet
 from tests.workers.engine_expositions import (
@@ -72,8 +77,10 @@ def engines(tmp_path: Path) -> Iterator[tuple[str, list[Engine]]]:
         VllmV1("chat-70b-v1"),
         VllmV0("chat-70b-v0"),
         Sglang("chat-70b-sglang"),
-        # LiteLLM in front of the V1 pool, its tenants told apart by API key alias.
+        # LiteLLM in front of the V1 pool, its tenants told apart by API key alias; in front
+        # of the V0 pool a LiteLLM of a release before the token counters' rename.
         LiteLlm("chat-70b-v1", {"northwind": 0.6, "fabrikam": 0.4}),
+        LiteLlm("chat-70b-v0", {"contoso": 0.7, "northwind": 0.3}, release="before-13271"),
     ]
     ports = [free_port() for _ in served]
     stoppers = [serve_exposition(engine, port) for engine, port in zip(served, ports, strict=True)]
@@ -108,9 +115,9 @@ def test_each_engines_exposition_reads_through_prometheus_under_its_name_map(
     settings.HEADROOM_TELEMETRY_PEAK_S = BUCKET_S
     settings.HEADROOM_TELEMETRY_MIN_REQUESTS = 50
     settings.HEADROOM_TELEMETRY_GATEWAY = "litellm"
-    make_fleet(("northwind", "eu-west"), ("fabrikam", "eu-west"))
-    *served, gateway = served
-    assert isinstance(gateway, LiteLlm)
+    make_fleet(("northwind", "eu-west"), ("fabrikam", "eu-west"), ("contoso", "eu-west"))
+    *served, gateway, old_gateway = served
+    assert isinstance(gateway, LiteLlm) and isinstance(old_gateway, LiteLlm)
     for engine in served:
         LlmModel.objects.create(
             name=engine.model, parameters_billions=70, layers=80, kv_heads=8, head_dim=128
@@ -139,7 +146,12 @@ def test_each_engines_exposition_reads_through_prometheus_under_its_name_map(
         TelemetrySeries.objects.filter(metric__startswith="gateway:").values_list(
             "tenant", "model", "region"
         )
-    ) == {("northwind", "chat-70b-v1", "eu-west"), ("fabrikam", "chat-70b-v1", "eu-west")}
+    ) == {
+        ("northwind", "chat-70b-v1", "eu-west"),
+        ("fabrikam", "chat-70b-v1", "eu-west"),
+        ("contoso", "chat-70b-v0", "eu-west"),
+        ("northwind", "chat-70b-v0", "eu-west"),
+    }
     v1, v0, sglang = (ObservedWorkload.objects.get(model=e.model, tenant="") for e in served)
 
     # The same stream on all three: ~200 requests/s, the same mean lengths (from _sum/_count).
@@ -175,16 +187,40 @@ def test_each_engines_exposition_reads_through_prometheus_under_its_name_map(
     assert sglang.censored == []
     assert sglang.prompt_tokens_p99 > 4000
 
-    # LiteLLM attributes the V1 pool's demand to its tenants: each one's rate and mean lengths
-    # are its own (60/40 of the stream); the pool's series are its capacity signals.
-    for alias, share in gateway.share.items():
-        tenant = ObservedWorkload.objects.get(model="chat-70b-v1", tenant=alias)
-        assert tenant.profile is not None and tenant.profile.pool_tenants == []
-        assert tenant.mean_requests_per_s == pytest.approx(share * v1.mean_requests_per_s, rel=0.1)
-        own = gateway.tenants[alias]
-        assert tenant.prompt_tokens_mean == pytest.approx(own.prompt_tokens / own.requests, rel=0.1)
-        assert tenant.prefix_cache_hit_rate == pytest.approx(v1.prefix_cache_hit_rate)
-        assert tenant.kv_cache_usage_mean is None  # a pool's figure, not a tenant's
-    assert {"series": "/chat-70b-v1/eu-west/observed", "reason": "pool capacity signals only"} in (
-        run.skipped
+    # LiteLLM attributes each pool's demand to its tenants: each one's rate and mean lengths
+    # are its own (60/40 and 70/30 of the stream), under the current names on the V1 pool and
+    # under the names before the rename on the V0 pool; the pools' series are their capacity
+    # signals.
+    for proxy, pool in ((gateway, v1), (old_gateway, v0)):
+        for alias, share in proxy.share.items():
+            tenant = ObservedWorkload.objects.get(model=proxy.model, tenant=alias)
+            assert tenant.profile is not None and tenant.profile.pool_tenants == []
+            assert tenant.mean_requests_per_s == pytest.approx(
+                share * pool.mean_requests_per_s, rel=0.1
+            )
+            own = proxy.tenants[alias]
+            assert tenant.prompt_tokens_mean == pytest.approx(
+                own.prompt_tokens / own.requests, rel=0.1
+            )
+            assert tenant.output_tokens_mean == pytest.approx(
+                own.output_tokens / own.requests, rel=0.1
+            )
+            assert tenant.kv_cache_usage_mean is None  # a pool's figure, not a tenant's
+        assert {
+            "series": f"/{proxy.model}/eu-west/observed",
+            "reason": "pool capacity signals only",
+        } in (run.skipped)
+    assert ObservedWorkload.objects.get(
+        model="chat-70b-v1", tenant="northwind"
+    ).prefix_cache_hit_rate == pytest.approx(v1.prefix_cache_hit_rate)
+    # No gateway in front of the SGLang pool: its demand is nobody's, never its first tenant's.
+    assert {
+        "series": "/chat-70b-sglang/eu-west/observed",
+        "reason": "the gateway (litellm) measured no tenant in this pool",
+    } in run.skipped
+    assert sglang.profile is None
+    # Every name the maps ask for was answered, the gateway's under one name or the other.
+    pulls = list(TelemetryPull.objects.all())
+    assert all(
+        "answered none" not in p.error and "answered no series" not in p.error for p in pulls
     )
