@@ -120,6 +120,12 @@ class ObservedWorkloadSerializer(serializers.ModelSerializer[ObservedWorkload]):
             "running_mean",
             "waiting_mean",
             "preemptions_per_s",
+            "rate_source",
+            "itl_mean_s",
+            "itl_p95_s",
+            "queue_time_mean_s",
+            "queue_time_p95_s",
+            "kv_cache_capacity_tokens",
         ]
 
 

@@ -89,6 +89,15 @@ PROMPT_HIST = "vllm:request_prompt_tokens"
 OUTPUT_HIST = "vllm:request_generation_tokens"
 TTFT_HIST = "vllm:time_to_first_token_seconds"
 E2E_HIST = "vllm:e2e_request_latency_seconds"
+ITL_HIST = "vllm:inter_token_latency_seconds"
+QUEUE_HIST = "vllm:request_queue_time_seconds"
+# Headroom's own names where no engine has one name for the figure (see the module notes).
+ARRIVALS = "engine:request_arrivals_total"
+KV_CAPACITY = "engine:kv_cache_capacity_tokens"
+# vLLM's cache configuration, an info gauge (value 1) whose labels are CacheConfig's fields:
+# its KV capacity per engine is num_gpu_blocks × block_size tokens.
+VLLM_CACHE_INFO = "vllm:cache_config_info"
+CACHE_INFO_FACTORS = ("num_gpu_blocks", "block_size")
 
 METRICS: tuple[MetricFamily, ...] = (
     MetricFamily(RUNNING, "gauge"),
@@ -104,6 +113,10 @@ METRICS: tuple[MetricFamily, ...] = (
     MetricFamily(OUTPUT_HIST, "histogram"),
     MetricFamily(TTFT_HIST, "histogram"),
     MetricFamily(E2E_HIST, "histogram"),
+    MetricFamily(ITL_HIST, "histogram"),
+    MetricFamily(QUEUE_HIST, "histogram"),
+    MetricFamily(ARRIVALS, "counter"),
+    MetricFamily(KV_CAPACITY, "gauge", combine="avg"),
 )
 
 # Canonical name → the engine's exposed names, tried in order. A canonical name missing from
@@ -124,6 +137,10 @@ VLLM_V1: NameMap = {
     OUTPUT_HIST: (OUTPUT_HIST,),
     TTFT_HIST: (TTFT_HIST,),
     E2E_HIST: (E2E_HIST,),
+    ITL_HIST: (ITL_HIST, "vllm:time_per_output_token_seconds"),
+    QUEUE_HIST: (QUEUE_HIST,),
+    ARRIVALS: (TTFT_HIST + "_count",),
+    KV_CAPACITY: (VLLM_CACHE_INFO,),
 }
 
 VLLM_V0: NameMap = {
@@ -138,6 +155,10 @@ VLLM_V0: NameMap = {
     OUTPUT_HIST: (OUTPUT_HIST,),
     TTFT_HIST: (TTFT_HIST,),
     E2E_HIST: (E2E_HIST,),
+    ITL_HIST: ("vllm:time_per_output_token_seconds",),
+    QUEUE_HIST: (QUEUE_HIST,),
+    ARRIVALS: (TTFT_HIST + "_count",),
+    KV_CAPACITY: (VLLM_CACHE_INFO,),
 }
 
 SGLANG: NameMap = {
@@ -153,9 +174,33 @@ SGLANG: NameMap = {
     OUTPUT_HIST: ("sglang:generation_tokens_histogram",),
     TTFT_HIST: ("sglang:time_to_first_token_seconds",),
     E2E_HIST: ("sglang:e2e_request_latency_seconds",),
+    ITL_HIST: ("sglang:inter_token_latency_seconds",),
+    QUEUE_HIST: ("sglang:queue_time_seconds",),
+    ARRIVALS: ("sglang:time_to_first_token_seconds_count",),
+    KV_CAPACITY: ("sglang:max_total_num_tokens",),
 }
 
-ENGINES: dict[str, NameMap] = {"vllm-v1": VLLM_V1, "vllm-v0": VLLM_V0, "sglang": SGLANG}
+TGI: NameMap = {
+    RUNNING: ("tgi_batch_current_size",),
+    WAITING: ("tgi_queue_size",),
+    PROMPT_TOKENS: ("tgi_request_input_length_sum",),
+    GENERATION_TOKENS: ("tgi_request_generated_tokens_sum",),
+    REQUESTS: ("tgi_request_success",),
+    PROMPT_HIST: ("tgi_request_input_length",),
+    OUTPUT_HIST: ("tgi_request_generated_tokens",),
+    E2E_HIST: ("tgi_request_duration",),
+    ITL_HIST: ("tgi_request_mean_time_per_token_duration",),
+    QUEUE_HIST: ("tgi_request_queue_duration",),
+    ARRIVALS: ("tgi_request_count",),
+    KV_CAPACITY: ("tgi_batch_max_total_tokens",),
+}
+
+ENGINES: dict[str, NameMap] = {
+    "vllm-v1": VLLM_V1,
+    "vllm-v0": VLLM_V0,
+    "sglang": SGLANG,
+    "tgi": TGI,
+}
 
 GATEWAY_REQUESTS = "gateway:requests_total"
 GATEWAY_PROMPT_TOKENS = "gateway:prompt_tokens_total"
@@ -185,6 +230,9 @@ class Query:
     by_le: bool = False
     fallbacks: tuple[str, ...] = ()
     names: tuple[str, ...] = ()  # the exposed names asked for, in order (for reports)
+    # An info gauge read from its labels: each answered series counts engines, and its value
+    # is the product of these labels' values per engine (vLLM's cache_config_info).
+    label_factors: tuple[str, ...] = ()
 
 
 def gateway_queries(labels: LabelConfig, bucket_s: int, gateway: str) -> list[Query]:
@@ -206,6 +254,10 @@ def gateway_queries(labels: LabelConfig, bucket_s: int, gateway: str) -> list[Qu
 
 
 def _promql(family: MetricFamily, exposed: str, suffix: str, by: str, window: str) -> str:
+    if exposed == VLLM_CACHE_INFO:
+        # Engines per cache configuration: the pull multiplies out the labels.
+        factors = ", ".join(CACHE_INFO_FACTORS)
+        return f"count by ({by}, {factors}) (max_over_time({exposed}{window}))"
     if family.kind == "gauge":
         return f"{family.combine} by ({by}) (avg_over_time({exposed}{window}))"
     if suffix == "_bucket":
@@ -234,6 +286,7 @@ def pull_queries(labels: LabelConfig, bucket_s: int, engine: str = "vllm-v1") ->
                     by_le=suffix == "_bucket",
                     fallbacks=tuple(promqls[1:]),
                     names=tuple(name + suffix for name in exposed),
+                    label_factors=CACHE_INFO_FACTORS if exposed[0] == VLLM_CACHE_INFO else (),
                 )
             )
     return queries

@@ -252,6 +252,32 @@ class ObservedWorkload(models.Model):
     waiting_mean = models.FloatField(null=True, blank=True)
     preemptions_per_s = models.FloatField(null=True, blank=True)
 
+    class RateSource(models.TextChoices):
+        ARRIVALS = "arrivals", "arrivals"
+        COMPLETIONS = "completions", "completions"
+
+    rate_source = models.CharField(
+        max_length=16,
+        choices=RateSource.choices,
+        default=RateSource.COMPLETIONS,
+        help_text="What the request rates count: arrivals (the engine's signal of requests "
+        "admitted, metrics.ARRIVALS) or, where the engine has none, finished requests.",
+    )
+    itl_mean_s = models.FloatField(
+        null=True, blank=True, help_text="Mean inter-token latency; empty: not exposed."
+    )
+    itl_p95_s = models.FloatField(null=True, blank=True)
+    queue_time_mean_s = models.FloatField(
+        null=True, blank=True, help_text="Mean time a request waited before it ran."
+    )
+    queue_time_p95_s = models.FloatField(null=True, blank=True)
+    kv_cache_capacity_tokens = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="KV-cache capacity of one engine (replica), tokens: vLLM's num_gpu_blocks "
+        "× block_size.",
+    )
+
     class Meta:
         ordering = ["-derivation_id", "tenant", "model", "region", "workload_class"]
 

@@ -166,6 +166,8 @@ def telemetry_fetch(
         planned += [(q, gw_labels) for q in gateway_queries(gw_labels, bucket_s, gateway)]
     for query, query_labels in planned:
         answered = False
+        # An info gauge's engines per label set and bucket: (Σ engines × product, Σ engines).
+        per_engine: dict[SeriesKey, dict[datetime, list[float]]] = {}
         chunk_start = first
         while chunk_start <= last:
             chunk_end = min(last, chunk_start + chunk - bucket_s)
@@ -185,6 +187,9 @@ def telemetry_fetch(
                 if key is None or (query.metric in GATEWAY_METRICS and not key.tenant):
                     fetched.skipped_series += 1
                     continue
+                factor = _label_product(series.labels, query.label_factors)
+                if factor is None:
+                    continue  # vLLM before its profiling run: no blocks yet
                 fetched.series += 1
                 points = fetched.samples.setdefault(key, {})
                 for stamp, value in series.points:
@@ -200,12 +205,23 @@ def telemetry_fetch(
                             "is not a finite non-negative number"
                         )
                     bucket_start = _utc(round(stamp) - bucket_s)
+                    if query.label_factors:
+                        acc = per_engine.setdefault(key, {}).setdefault(bucket_start, [0.0, 0.0])
+                        acc[0] += value * factor
+                        acc[1] += value
+                        continue
                     if bucket_start in points:
                         raise PrometheusBadResponse(
                             f"{query.metric}{dict(series.labels)}: two values at {stamp}"
                         )
                     points[bucket_start] = value
             chunk_start = chunk_end + bucket_s
+        for key, buckets in per_engine.items():
+            fetched.samples[key].update(
+                (start_at, weighted / engines)
+                for start_at, (weighted, engines) in buckets.items()
+                if engines > 0
+            )
         if not answered:
             fetched.missing[query.metric] = query.names
         elif query.metric in GATEWAY_METRICS:
@@ -213,6 +229,21 @@ def telemetry_fetch(
         else:
             fetched.engine_answered = True
     return fetched
+
+
+def _label_product(found: Mapping[str, str], factors: tuple[str, ...]) -> float | None:
+    """The product of the named labels' values (1 without factors); None when one is absent
+    or not a positive number (vLLM writes "None" before it knows its blocks)."""
+    product = 1.0
+    for name in factors:
+        try:
+            value = float(found.get(name, ""))
+        except ValueError:
+            return None
+        if not math.isfinite(value) or value <= 0:
+            return None
+        product *= value
+    return product
 
 
 def _series_key(found: Mapping[str, str], labels: LabelConfig, query: Query) -> SeriesKey | None:

@@ -15,12 +15,15 @@ from controlplane.pipeline import tasks
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry.derive import derivation_follows_pull, workload_profiles_derive
 from controlplane.telemetry.metrics import (
+    ARRIVALS,
     E2E_HIST,
+    KV_CAPACITY,
     KV_USAGE,
     METRICS,
     PREFIX_HITS,
     PREFIX_QUERIES,
     REQUESTS,
+    VLLM_CACHE_INFO,
 )
 from controlplane.telemetry.models import (
     PULL_PARTIAL,
@@ -52,6 +55,15 @@ def _register(fake: FakePrometheus, labels: dict[str, str]) -> int:
     """Every pulled metric for one label set; returns the number of series registered."""
     count = 0
     for family in METRICS:
+        if family.name == ARRIVALS:
+            count += 1  # vLLM V1's arrivals: the TTFT histogram's count, stored again
+            continue
+        if family.name == KV_CAPACITY:
+            # vLLM's cache_config_info: two engines with 2,000 blocks of 16 tokens.
+            info = {**labels, "num_gpu_blocks": "2000", "block_size": "16", "swap_space": "4"}
+            fake.add(VLLM_CACHE_INFO, info, lambda t: 2.0)
+            count += 1
+            continue
         if family.kind == "histogram":
             for i, le in enumerate(PROMPT_LE):
                 fake.add(
@@ -85,7 +97,7 @@ def test_pull_asks_one_range_query_per_series_name_on_the_bucket_grid(prom: Fake
     series = _register(prom, LABELS)
     pull = telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
     assert pull.status == RunStatus.SUCCEEDED
-    assert pull.queries == len(prom.queries) == 4 * 3 + 9
+    assert pull.queries == len(prom.queries) == 6 * 3 + 11
     queries = {q["query"] for q in prom.queries}
     assert (
         "sum by (tenant, model_name, region) (increase(vllm:prompt_tokens_total[300s]))" in queries
@@ -110,6 +122,19 @@ def test_pull_asks_one_range_query_per_series_name_on_the_bucket_grid(prom: Fake
     bucket = TelemetrySeries.objects.get(metric="vllm:request_prompt_tokens_bucket", le="+Inf")
     assert bucket.tenant == "northwind" and bucket.bucket_s == W
     assert set(bucket.samples.values_list("value", flat=True)) == {3000.0}
+    # vLLM's KV capacity from cache_config_info's labels: 2,000 blocks × 16 tokens per engine.
+    assert (
+        "count by (tenant, model_name, region, num_gpu_blocks, block_size) "
+        "(max_over_time(vllm:cache_config_info[300s]))" in queries
+    )
+    capacity = TelemetrySeries.objects.get(metric=KV_CAPACITY)
+    assert set(capacity.samples.values_list("value", flat=True)) == {32000.0}
+    # Arrivals: the first tokens, the TTFT histogram's count.
+    assert (
+        "sum by (tenant, model_name, region) (increase(vllm:time_to_first_token_seconds_count[300s]))"
+        in queries
+    )
+    assert TelemetrySeries.objects.get(metric=ARRIVALS).samples.count() == 12
 
 
 def test_the_same_window_twice_stores_nothing_the_second_time(prom: FakePrometheus) -> None:
@@ -455,3 +480,18 @@ def test_a_complete_pull_names_no_missing_metric(prom: FakePrometheus) -> None:
     _register(prom, LABELS)
     pull = telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
     assert pull.missing_metrics == [] and pull.error == ""
+
+
+def test_kv_capacity_is_the_engines_mean_of_blocks_times_block_size(
+    prom: FakePrometheus,
+) -> None:
+    """Two cache configurations in one pool (3 engines of 1,000 × 16, 1 of 4,000 × 16) give
+    the mean per engine; an engine that has not profiled yet ("None" blocks) is left out."""
+    pool = {**LABELS}
+    prom.add(VLLM_CACHE_INFO, {**pool, "num_gpu_blocks": "1000", "block_size": "16"}, lambda t: 3.0)
+    prom.add(VLLM_CACHE_INFO, {**pool, "num_gpu_blocks": "4000", "block_size": "16"}, lambda t: 1.0)
+    prom.add(VLLM_CACHE_INFO, {**pool, "num_gpu_blocks": "None", "block_size": "16"}, lambda t: 5.0)
+    pull = telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert pull.status == RunStatus.SUCCEEDED
+    capacity = TelemetrySeries.objects.get(metric=KV_CAPACITY)
+    assert set(capacity.samples.values_list("value", flat=True)) == {(3 * 16000 + 64000) / 4}
