@@ -253,11 +253,23 @@ def gateway_queries(labels: LabelConfig, bucket_s: int, gateway: str) -> list[Qu
     return queries
 
 
+def cache_info_promql(labels: LabelConfig, window: str) -> str:
+    """Engines per (label set, cache configuration), from vLLM's ``cache_config_info``.
+
+    The info gauge is labelled with CacheConfig's fields and ``engine`` only, not with the
+    model: the model label is taken from the same target's ``vllm:num_requests_running``
+    (joined on ``instance`` and ``job``, the labels Prometheus gives every target)."""
+    by = ", ".join(labels.names)
+    factors = ", ".join(CACHE_INFO_FACTORS)
+    model = labels.model
+    return (
+        f"count by ({by}, {factors}) (max_over_time({VLLM_CACHE_INFO}{window}) "
+        f"* on (instance, job) group_left ({model}) "
+        f"group by (instance, job, {model}) ({RUNNING}))"
+    )
+
+
 def _promql(family: MetricFamily, exposed: str, suffix: str, by: str, window: str) -> str:
-    if exposed == VLLM_CACHE_INFO:
-        # Engines per cache configuration: the pull multiplies out the labels.
-        factors = ", ".join(CACHE_INFO_FACTORS)
-        return f"count by ({by}, {factors}) (max_over_time({exposed}{window}))"
     if family.kind == "gauge":
         return f"{family.combine} by ({by}) (avg_over_time({exposed}{window}))"
     if suffix == "_bucket":
@@ -278,7 +290,12 @@ def pull_queries(labels: LabelConfig, bucket_s: int, engine: str = "vllm-v1") ->
             continue
         suffixes = ("",) if family.kind != "histogram" else ("_bucket", "_sum", "_count")
         for suffix in suffixes:
-            promqls = [_promql(family, name, suffix, by, window) for name in exposed]
+            promqls = [
+                cache_info_promql(labels, window)
+                if name == VLLM_CACHE_INFO
+                else _promql(family, name, suffix, by, window)
+                for name in exposed
+            ]
             queries.append(
                 Query(
                     family.name + suffix,

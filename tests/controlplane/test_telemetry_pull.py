@@ -123,9 +123,12 @@ def test_pull_asks_one_range_query_per_series_name_on_the_bucket_grid(prom: Fake
     assert bucket.tenant == "northwind" and bucket.bucket_s == W
     assert set(bucket.samples.values_list("value", flat=True)) == {3000.0}
     # vLLM's KV capacity from cache_config_info's labels: 2,000 blocks × 16 tokens per engine.
+    # (The info gauge has no model label: it is joined from the target's running gauge.)
     assert (
         "count by (tenant, model_name, region, num_gpu_blocks, block_size) "
-        "(max_over_time(vllm:cache_config_info[300s]))" in queries
+        "(max_over_time(vllm:cache_config_info[300s]) * on (instance, job) "
+        "group_left (model_name) group by (instance, job, model_name) "
+        "(vllm:num_requests_running))" in queries
     )
     capacity = TelemetrySeries.objects.get(metric=KV_CAPACITY)
     assert set(capacity.samples.values_list("value", flat=True)) == {32000.0}

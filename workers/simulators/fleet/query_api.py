@@ -65,6 +65,10 @@ NOT_SIMULATED = frozenset(
 )
 
 
+# The series a query's range functions select.
+_SELECTED = re.compile(r"[a-z_]+\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\[")
+
+
 class QueryError(ValueError):
     """A query the simulator does not answer; the message is Prometheus' ``error``."""
 
@@ -204,8 +208,8 @@ class QueryApi:
         query_text = params.get("query")
         if not query_text:
             raise QueryError("missing parameter 'query'")
-        unsimulated = _QUERY.match(query_text)
-        if unsimulated is not None and unsimulated["metric"] in NOT_SIMULATED:
+        unsimulated = _SELECTED.findall(query_text)
+        if unsimulated and set(unsimulated) <= NOT_SIMULATED:
             for name in ("start", "end", "step"):
                 _number(params, name)
             return {"resultType": "matrix", "result": []}
