@@ -22,6 +22,37 @@ the engine's own source:
   ``sglang:cached_tokens_total`` over ``sglang:prompt_tokens_total``; KV usage
   ``sglang:token_usage``; the length histograms ``sglang:prompt_tokens_histogram`` and
   ``sglang:generation_tokens_histogram`` exist only with ``--collect-tokens-histogram``.
+  Inter-token latency ``sglang:inter_token_latency_seconds``, queue time
+  ``sglang:queue_time_seconds``, KV pool size ``sglang:max_total_num_tokens``.
+- ``tgi``: Text Generation Inference 3.3.6-dev0 (commit db931fcf): ``router/src/server.rs``
+  (the counters and histograms, their bucket matchers), ``router/src/validation.rs``
+  (``tgi_request_input_length``), ``backends/v3/src/queue.rs`` (``tgi_queue_size``),
+  ``backends/v3/src/backend.rs`` (``tgi_batch_current_size``), ``backends/v3/src/lib.rs``
+  (``tgi_batch_max_total_tokens``), exposed by ``metrics-exporter-prometheus`` 0.15: **no
+  labels** (the scrape adds model and region as target labels) and counters without
+  ``_total``. Arrivals ``tgi_request_count`` (counted on receipt), completions
+  ``tgi_request_success``; token counts are the length histograms' ``_sum``; running is the
+  batch size, waiting the queue size; ITL is ``tgi_request_mean_time_per_token_duration`` (each
+  request's mean); no KV usage, TTFT or prefix-cache metric (unknown, never zero). Length
+  buckets are hundredths of ``max_input_tokens`` / ``max_total_tokens``.
+
+The latency and capacity signals (vLLM names in V1, fallbacks in order):
+
+- **Arrivals** (``ARRIVALS``, Headroom's name): vLLM has no arrivals counter
+  (``vllm:request_success`` counts requests as they finish, as do the histograms' counts of
+  lengths and end-to-end latency). The earliest per-request event it counts is the first
+  token, ``vllm:time_to_first_token_seconds_count``: requests admitted, later than their
+  arrival by their TTFT (queue + prefill, seconds) rather than by their whole end-to-end time,
+  and not counting requests aborted before a first token. SGLang the same; TGI counts arrivals
+  (``tgi_request_count``). Profiles' rates come from arrivals where present.
+- **Inter-token latency** (``ITL_HIST``): ``vllm:inter_token_latency_seconds`` (vLLM ≥ 0.11),
+  else ``vllm:time_per_output_token_seconds`` (0.10 and V0, the same per-token observations).
+- **Queue time** (``QUEUE_HIST``): ``vllm:request_queue_time_seconds`` (the WAITING phase of
+  each finished request).
+- **KV-cache capacity** (``KV_CAPACITY``, tokens per engine): vLLM's ``vllm:cache_config_info``
+  (``log_metrics_info``), a gauge at 1 labelled with CacheConfig's fields as strings:
+  ``num_gpu_blocks`` × ``block_size``. It carries no model label, so the query joins the model
+  from the same target's running gauge; an engine still profiling ("None" blocks) is left out.
 
 Tenant demand comes from a **gateway** in front of the pools where one is configured
 (``GATEWAYS``): per tenant, model and region, requests and prompt/output tokens, stored as
