@@ -45,8 +45,9 @@ The latency and capacity signals (vLLM names in V1, fallbacks in order):
   arrival by their TTFT (queue + prefill, seconds) rather than by their whole end-to-end time,
   and not counting requests aborted before a first token. SGLang the same; TGI counts arrivals
   (``tgi_request_count``). Profiles' rates come from arrivals where present.
-- **Inter-token latency** (``ITL_HIST``): ``vllm:inter_token_latency_seconds`` (vLLM ≥ 0.11),
-  else ``vllm:time_per_output_token_seconds`` (0.10 and V0, the same per-token observations).
+- **Inter-token latency** (``ITL_HIST``): ``vllm:inter_token_latency_seconds`` (vLLM ≥ 0.11,
+  vllm-project/vllm#24015), else ``vllm:time_per_output_token_seconds`` (0.10 and V0, the same
+  per-token observations; deprecated in 0.11, hidden in 0.12, then removed, vllm#32661).
 - **Queue time** (``QUEUE_HIST``): ``vllm:request_queue_time_seconds`` (the WAITING phase of
   each finished request).
 - **KV-cache capacity** (``KV_CAPACITY``, tokens per engine): vLLM's ``vllm:cache_config_info``
