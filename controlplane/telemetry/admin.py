@@ -105,6 +105,9 @@ class ObservedWorkloadAdmin(ReadOnlyAdmin):
         "prefix_cache_hit_rate",
         "ttft_p95_s",
         "residence_s",
+        "itl_mean_s",
+        "queue_time_mean_s",
+        "kv_cache_capacity_tokens",
     ]
     list_filter = ["region", "model"]
     search_fields = ["tenant", "model", "region"]

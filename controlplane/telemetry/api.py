@@ -62,6 +62,7 @@ class TelemetryPullSerializer(serializers.ModelSerializer[TelemetryPull]):
             "samples_stored",
             "skipped_series",
             "unknown_labels",
+            "missing_metrics",
             "error",
         ]
 
@@ -125,6 +126,12 @@ class ObservedWorkloadSerializer(
             "running_mean",
             "waiting_mean",
             "preemptions_per_s",
+            "rate_source",
+            "itl_mean_s",
+            "itl_p95_s",
+            "queue_time_mean_s",
+            "queue_time_p95_s",
+            "kv_cache_capacity_tokens",
         ]
 
 

@@ -9,7 +9,7 @@ environment variable, else the default below; a malformed value is an error).
 - ``HEADROOM_TELEMETRY_LABELS``: label names, a mapping (or in the environment
   ``tenant=tenant,model=model_name,region=region[,class=...]``); ``class`` is optional.
 - ``HEADROOM_TELEMETRY_ENGINE`` (``vllm-v1``): the serving engine's metric names, one of
-  ``vllm-v1``, ``vllm-v0``, ``sglang`` (``controlplane.telemetry.metrics``).
+  ``vllm-v1``, ``vllm-v0``, ``sglang``, ``tgi`` (``controlplane.telemetry.metrics``).
 - ``HEADROOM_TELEMETRY_LABELS``' ``tenant`` label may be absent from the engine's series (real
   vLLM has none): such series are the pool's, stored with an empty tenant.
 - ``HEADROOM_TELEMETRY_GATEWAY`` (empty: none): the gateway whose metrics attribute each
@@ -128,7 +128,7 @@ def label_config(raw: Mapping[str, str]) -> LabelConfig:
     return LabelConfig(merged["tenant"], merged["model"], merged["region"], merged.get("class"))
 
 
-ENGINE_NAMES = ("vllm-v1", "vllm-v0", "sglang")
+ENGINE_NAMES = ("vllm-v1", "vllm-v0", "sglang", "tgi")
 GATEWAY_NAMES = ("litellm",)
 DEFAULT_GATEWAY_LABELS = {"tenant": "api_key_alias", "model": "requested_model", "region": "region"}
 

@@ -30,16 +30,20 @@ from controlplane.telemetry import histograms, selectors, traces
 from controlplane.telemetry.conf import TelemetrySettings, telemetry_settings
 from controlplane.telemetry.drift import drift_check, pool_drift_update, pool_token_shares
 from controlplane.telemetry.metrics import (
+    ARRIVALS,
     E2E_HIST,
     GATEWAY_OUTPUT_TOKENS,
     GATEWAY_PROMPT_TOKENS,
     GATEWAY_REQUESTS,
+    ITL_HIST,
+    KV_CAPACITY,
     KV_USAGE,
     OUTPUT_HIST,
     PREEMPTIONS,
     PREFIX_HITS,
     PREFIX_QUERIES,
     PROMPT_HIST,
+    QUEUE_HIST,
     REQUESTS,
     RUNNING,
     TTFT_HIST,
@@ -78,6 +82,7 @@ class _Collected:
     histograms: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
     request_series: list[int] = field(default_factory=list)
     gateway_series: list[int] = field(default_factory=list)
+    arrival_series: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,45 @@ class Observation:
     waiting_mean: float | None
     preemptions_per_s: float | None
     burstiness: Mapping[str, float | int | None] = field(default_factory=dict)
+    # The engine's latency and capacity signals (None: the engine does not expose them).
+    latency: Latency = field(default_factory=lambda: Latency())
+    rate_source: str = "completions"  # what the request rates count: arrivals or completions
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Inter-token latency and queue time (seconds: mean from ``_sum / _count``, p95 from the
+    buckets) and the KV-cache capacity per engine (tokens)."""
+
+    itl_mean_s: float | None = None
+    itl_p95_s: float | None = None
+    queue_mean_s: float | None = None
+    queue_p95_s: float | None = None
+    kv_capacity_tokens: float | None = None
+
+
+def _seconds(collected: _Collected, family: str) -> tuple[float | None, float | None]:
+    """(mean, p95) of a time histogram; None for what it does not give."""
+    count = collected.totals.get(family + "_count", 0.0)
+    total = collected.totals.get(family + "_sum")
+    mean = total / count if count > 0 and total is not None else None
+    p95: float | None = None
+    buckets = collected.histograms.get(family + "_bucket")
+    if buckets and count > 0:
+        try:
+            p95 = histograms.histogram_quantile(0.95, buckets)
+        except histograms.HistogramError:
+            p95 = None
+    return mean, p95
+
+
+def latency(collected: _Collected) -> Latency:
+    """The window's inter-token latency, queue time and KV capacity of one label set."""
+    itl_mean, itl_p95 = _seconds(collected, ITL_HIST)
+    queue_mean, queue_p95 = _seconds(collected, QUEUE_HIST)
+    n = collected.buckets.get(KV_CAPACITY, 0)
+    capacity = collected.totals[KV_CAPACITY] / n if n else None
+    return Latency(itl_mean, itl_p95, queue_mean, queue_p95, capacity)
 
 
 class NotEnoughData(Exception):
@@ -181,11 +225,14 @@ def observe(
     bucket_s: int,
     min_requests: float,
     peak_s: int | None = None,
+    arrival_buckets: Sequence[tuple[datetime, float]] = (),
 ) -> Observation:
     """Workload figures of one label set from its window totals; raises ``NotEnoughData``.
 
-    Request counts come from ``request_success`` (finished requests); the peak is the busiest
-    ``peak_s`` window's rate (``peak_rate``). Length percentiles beyond the top finite bucket
+    Request counts come from ``request_success`` (finished requests); the rates (mean, and
+    the peak: the busiest ``peak_s`` window's rate, ``peak_rate``) from the arrivals where the
+    engine gives them (``arrival_buckets``, ``metrics.ARRIVALS``), else from the finished
+    requests. Length percentiles beyond the top finite bucket
     are flagged as censored. The prefix-cache hit rate is unknown (None), not zero, when the
     engine reported no prefix-cache queries counter.
     """
@@ -222,13 +269,22 @@ def observe(
     coarse = tuple(f"prompt_tokens_{n}" for n in prompt.coarse) + tuple(
         f"output_tokens_{n}" for n in output.coarse
     )
+    rated, source = (
+        (arrival_buckets, "arrivals")
+        if arrival_buckets
+        else (
+            request_buckets,
+            "completions",
+        )
+    )
+    rated_total = math.fsum(v for _, v in rated) if arrival_buckets else requests
     return Observation(
         labels=labels,
         requests=requests,
         buckets=len(request_buckets),
-        mean_requests_per_s=requests / (len(request_buckets) * bucket_s),
+        mean_requests_per_s=rated_total / (len(rated) * bucket_s),
         peak_requests_per_s=peak_rate(
-            request_buckets, bucket_s=bucket_s, peak_s=peak_s if peak_s else bucket_s
+            rated, bucket_s=bucket_s, peak_s=peak_s if peak_s else bucket_s
         ),
         prompt=(prompt.p50, prompt.mean, prompt.p95, prompt.p99),
         output=(output.p50, output.mean, output.p95, output.p99),
@@ -244,6 +300,8 @@ def observe(
         running_mean=gauge_mean(RUNNING),
         waiting_mean=gauge_mean(WAITING),
         preemptions_per_s=totals[PREEMPTIONS] / (n_preempt * bucket_s) if n_preempt else None,
+        latency=latency(collected),
+        rate_source=source,
     )
 
 
@@ -262,6 +320,8 @@ def collect(totals: Iterable[selectors.SeriesTotal]) -> dict[LabelSet, _Collecte
             target.request_series.append(row.series_id)
         elif row.metric == GATEWAY_REQUESTS:
             target.gateway_series.append(row.series_id)
+        elif row.metric == ARRIVALS:
+            target.arrival_series.append(row.series_id)
     return grouped
 
 
@@ -314,6 +374,12 @@ def attribute(grouped: Mapping[LabelSet, _Collected]) -> dict[LabelSet, _Collect
         if TTFT_HIST + "_bucket" in pool.histograms:
             made.histograms[TTFT_HIST + "_bucket"] = dict(pool.histograms[TTFT_HIST + "_bucket"])
             made.totals[TTFT_HIST + "_count"] = pool.totals.get(TTFT_HIST + "_count", 0.0)
+        for family in (ITL_HIST, QUEUE_HIST):  # the pool's latencies, as TTFT's
+            if family + "_bucket" in pool.histograms:
+                made.histograms[family + "_bucket"] = dict(pool.histograms[family + "_bucket"])
+            for suffix in ("_sum", "_count"):
+                if family + suffix in pool.totals:
+                    made.totals[family + suffix] = pool.totals[family + suffix]
         out[labels] = made
     return out
 
@@ -479,7 +545,9 @@ def _derive(
         collect(selectors.window_totals(bucket_s=conf.bucket_s, start=start, end=end))
     )
     request_values = selectors.bucket_values(
-        series_ids=[i for c in grouped.values() for i in c.request_series], start=start, end=end
+        series_ids=[i for c in grouped.values() for i in (*c.request_series, *c.arrival_series)],
+        start=start,
+        end=end,
     )
     names: dict[str, dict[str, Any]] = {
         "tenant": {t.name: t for t in Tenant.objects.select_related("home_region")},
@@ -495,6 +563,7 @@ def _derive(
     for labels in sorted(grouped, key=str):
         collected = grouped[labels]
         buckets = [v for i in collected.request_series for v in request_values.get(i, [])]
+        arrivals = [v for i in collected.arrival_series for v in request_values.get(i, [])]
         try:
             obs = observe(
                 labels,
@@ -503,12 +572,15 @@ def _derive(
                 bucket_s=conf.bucket_s,
                 min_requests=conf.min_requests,
                 peak_s=conf.peak_s,
+                arrival_buckets=arrivals,
             )
         except NotEnoughData as exc:
             skipped.append({"series": str(labels), "reason": str(exc)})
             continue
+        # Arrivals where the engine counts them, else completions (as the rates are read).
+        counted = arrivals or buckets
         obs = replace(
-            obs, burstiness=arrival_burstiness(labels, buckets, conf.bucket_s, start, end)
+            obs, burstiness=arrival_burstiness(labels, counted, conf.bucket_s, start, end)
         )
         if not labels.tenant:
             pools.append(obs)
@@ -529,6 +601,14 @@ def _derive(
             # The tenants' demand is measured apart (a gateway, a request log): the pool's own
             # series are its capacity signals.
             skipped.append({"series": str(labels), "reason": "pool capacity signals only"})
+            measured.append((obs, None))
+            continue
+        if conf.gateway:
+            # The gateway is how tenants are told apart: a pool it measured no tenant in
+            # (its names not found, the pool not behind it) is nobody's demand, never the
+            # first tenant's.
+            reason = f"the gateway ({conf.gateway}) measured no tenant in this pool"
+            skipped.append({"series": str(labels), "reason": reason})
             measured.append((obs, None))
             continue
         model, region = names["model"].get(labels.model), names["region"].get(labels.region)
@@ -702,6 +782,12 @@ def _observed_row(
         waiting_mean=obs.waiting_mean,
         preemptions_per_s=obs.preemptions_per_s,
         burstiness=dict(obs.burstiness),
+        rate_source=obs.rate_source,
+        itl_mean_s=obs.latency.itl_mean_s,
+        itl_p95_s=obs.latency.itl_p95_s,
+        queue_time_mean_s=obs.latency.queue_mean_s,
+        queue_time_p95_s=obs.latency.queue_p95_s,
+        kv_cache_capacity_tokens=obs.latency.kv_capacity_tokens,
     )
 
 

@@ -22,6 +22,38 @@ the engine's own source:
   ``sglang:cached_tokens_total`` over ``sglang:prompt_tokens_total``; KV usage
   ``sglang:token_usage``; the length histograms ``sglang:prompt_tokens_histogram`` and
   ``sglang:generation_tokens_histogram`` exist only with ``--collect-tokens-histogram``.
+  Inter-token latency ``sglang:inter_token_latency_seconds``, queue time
+  ``sglang:queue_time_seconds``, KV pool size ``sglang:max_total_num_tokens``.
+- ``tgi``: Text Generation Inference 3.3.6-dev0 (commit db931fcf): ``router/src/server.rs``
+  (the counters and histograms, their bucket matchers), ``router/src/validation.rs``
+  (``tgi_request_input_length``), ``backends/v3/src/queue.rs`` (``tgi_queue_size``),
+  ``backends/v3/src/backend.rs`` (``tgi_batch_current_size``), ``backends/v3/src/lib.rs``
+  (``tgi_batch_max_total_tokens``), exposed by ``metrics-exporter-prometheus`` 0.15: **no
+  labels** (the scrape adds model and region as target labels) and counters without
+  ``_total``. Arrivals ``tgi_request_count`` (counted on receipt), completions
+  ``tgi_request_success``; token counts are the length histograms' ``_sum``; running is the
+  batch size, waiting the queue size; ITL is ``tgi_request_mean_time_per_token_duration`` (each
+  request's mean); no KV usage, TTFT or prefix-cache metric (unknown, never zero). Length
+  buckets are hundredths of ``max_input_tokens`` / ``max_total_tokens``.
+
+The latency and capacity signals (vLLM names in V1, fallbacks in order):
+
+- **Arrivals** (``ARRIVALS``, Headroom's name): vLLM has no arrivals counter
+  (``vllm:request_success`` counts requests as they finish, as do the histograms' counts of
+  lengths and end-to-end latency). The earliest per-request event it counts is the first
+  token, ``vllm:time_to_first_token_seconds_count``: requests admitted, later than their
+  arrival by their TTFT (queue + prefill, seconds) rather than by their whole end-to-end time,
+  and not counting requests aborted before a first token. SGLang the same; TGI counts arrivals
+  (``tgi_request_count``). Profiles' rates come from arrivals where present.
+- **Inter-token latency** (``ITL_HIST``): ``vllm:inter_token_latency_seconds`` (vLLM ≥ 0.11,
+  vllm-project/vllm#24015), else ``vllm:time_per_output_token_seconds`` (0.10 and V0, the same
+  per-token observations; deprecated in 0.11, hidden in 0.12, then removed, vllm#32661).
+- **Queue time** (``QUEUE_HIST``): ``vllm:request_queue_time_seconds`` (the WAITING phase of
+  each finished request).
+- **KV-cache capacity** (``KV_CAPACITY``, tokens per engine): vLLM's ``vllm:cache_config_info``
+  (``log_metrics_info``), a gauge at 1 labelled with CacheConfig's fields as strings:
+  ``num_gpu_blocks`` × ``block_size``. It carries no model label, so the query joins the model
+  from the same target's running gauge; an engine still profiling ("None" blocks) is left out.
 
 Tenant demand comes from a **gateway** in front of the pools where one is configured
 (``GATEWAYS``): per tenant, model and region, requests and prompt/output tokens, stored as
@@ -34,6 +66,17 @@ Tenant demand comes from a **gateway** in front of the pools where one is config
   ``status_code``; counted here for 2xx only), ``litellm_input_tokens_metric`` and
   ``litellm_output_tokens_metric`` (the same identity labels, ``model`` and
   ``requested_model``). ``requested_model`` is the model name clients send (the pool's).
+  Releases before BerriAI/litellm#13271 (merged 2025-08-04) named the token counters
+  ``litellm_input_tokens`` and ``litellm_output_tokens`` (exposed as
+  ``litellm_input_tokens_total`` and ``litellm_output_tokens_total``), with the same labels:
+  a gateway's names are read together (``or``), so proxies of both releases count. LiteLLM
+  writes no region label: the scrape config of each
+  region's proxy adds one as a target label.
+
+A name map entry no series answers under any of its names is reported by the pull
+(``TelemetryPull.missing_metrics``); an engine or gateway that answers none of its names at
+all is named in the pull's ``error``, and with a gateway configured no pool's demand is filed
+under a tenant the gateway did not measure.
 
 Prometheus' client appends ``_total`` to a counter's name in the exposition (vLLM V1 defines
 ``vllm:prompt_tokens`` and exposes ``vllm:prompt_tokens_total``): the names here are the
@@ -78,6 +121,15 @@ PROMPT_HIST = "vllm:request_prompt_tokens"
 OUTPUT_HIST = "vllm:request_generation_tokens"
 TTFT_HIST = "vllm:time_to_first_token_seconds"
 E2E_HIST = "vllm:e2e_request_latency_seconds"
+ITL_HIST = "vllm:inter_token_latency_seconds"
+QUEUE_HIST = "vllm:request_queue_time_seconds"
+# Headroom's own names where no engine has one name for the figure (see the module notes).
+ARRIVALS = "engine:request_arrivals_total"
+KV_CAPACITY = "engine:kv_cache_capacity_tokens"
+# vLLM's cache configuration, an info gauge (value 1) whose labels are CacheConfig's fields:
+# its KV capacity per engine is num_gpu_blocks × block_size tokens.
+VLLM_CACHE_INFO = "vllm:cache_config_info"
+CACHE_INFO_FACTORS = ("num_gpu_blocks", "block_size")
 
 METRICS: tuple[MetricFamily, ...] = (
     MetricFamily(RUNNING, "gauge"),
@@ -93,6 +145,10 @@ METRICS: tuple[MetricFamily, ...] = (
     MetricFamily(OUTPUT_HIST, "histogram"),
     MetricFamily(TTFT_HIST, "histogram"),
     MetricFamily(E2E_HIST, "histogram"),
+    MetricFamily(ITL_HIST, "histogram"),
+    MetricFamily(QUEUE_HIST, "histogram"),
+    MetricFamily(ARRIVALS, "counter"),
+    MetricFamily(KV_CAPACITY, "gauge", combine="avg"),
 )
 
 # Canonical name → the engine's exposed names, tried in order. A canonical name missing from
@@ -113,6 +169,10 @@ VLLM_V1: NameMap = {
     OUTPUT_HIST: (OUTPUT_HIST,),
     TTFT_HIST: (TTFT_HIST,),
     E2E_HIST: (E2E_HIST,),
+    ITL_HIST: (ITL_HIST, "vllm:time_per_output_token_seconds"),
+    QUEUE_HIST: (QUEUE_HIST,),
+    ARRIVALS: (TTFT_HIST + "_count",),
+    KV_CAPACITY: (VLLM_CACHE_INFO,),
 }
 
 VLLM_V0: NameMap = {
@@ -127,6 +187,10 @@ VLLM_V0: NameMap = {
     OUTPUT_HIST: (OUTPUT_HIST,),
     TTFT_HIST: (TTFT_HIST,),
     E2E_HIST: (E2E_HIST,),
+    ITL_HIST: ("vllm:time_per_output_token_seconds",),
+    QUEUE_HIST: (QUEUE_HIST,),
+    ARRIVALS: (TTFT_HIST + "_count",),
+    KV_CAPACITY: (VLLM_CACHE_INFO,),
 }
 
 SGLANG: NameMap = {
@@ -142,21 +206,48 @@ SGLANG: NameMap = {
     OUTPUT_HIST: ("sglang:generation_tokens_histogram",),
     TTFT_HIST: ("sglang:time_to_first_token_seconds",),
     E2E_HIST: ("sglang:e2e_request_latency_seconds",),
+    ITL_HIST: ("sglang:inter_token_latency_seconds",),
+    QUEUE_HIST: ("sglang:queue_time_seconds",),
+    ARRIVALS: ("sglang:time_to_first_token_seconds_count",),
+    KV_CAPACITY: ("sglang:max_total_num_tokens",),
 }
 
-ENGINES: dict[str, NameMap] = {"vllm-v1": VLLM_V1, "vllm-v0": VLLM_V0, "sglang": SGLANG}
+TGI: NameMap = {
+    RUNNING: ("tgi_batch_current_size",),
+    WAITING: ("tgi_queue_size",),
+    PROMPT_TOKENS: ("tgi_request_input_length_sum",),
+    GENERATION_TOKENS: ("tgi_request_generated_tokens_sum",),
+    REQUESTS: ("tgi_request_success",),
+    PROMPT_HIST: ("tgi_request_input_length",),
+    OUTPUT_HIST: ("tgi_request_generated_tokens",),
+    E2E_HIST: ("tgi_request_duration",),
+    ITL_HIST: ("tgi_request_mean_time_per_token_duration",),
+    QUEUE_HIST: ("tgi_request_queue_duration",),
+    ARRIVALS: ("tgi_request_count",),
+    KV_CAPACITY: ("tgi_batch_max_total_tokens",),
+}
+
+ENGINES: dict[str, NameMap] = {
+    "vllm-v1": VLLM_V1,
+    "vllm-v0": VLLM_V0,
+    "sglang": SGLANG,
+    "tgi": TGI,
+}
 
 GATEWAY_REQUESTS = "gateway:requests_total"
 GATEWAY_PROMPT_TOKENS = "gateway:prompt_tokens_total"
 GATEWAY_OUTPUT_TOKENS = "gateway:output_tokens_total"
 GATEWAY_METRICS = (GATEWAY_REQUESTS, GATEWAY_PROMPT_TOKENS, GATEWAY_OUTPUT_TOKENS)
 
-# Gateway → stored name → the counter selector it reads.
-GATEWAYS: dict[str, dict[str, str]] = {
+# Gateway → stored name → the counter selectors it reads, tried in order.
+GATEWAYS: dict[str, dict[str, tuple[str, ...]]] = {
     "litellm": {
-        GATEWAY_REQUESTS: 'litellm_proxy_total_requests_metric_total{status_code=~"2.."}',
-        GATEWAY_PROMPT_TOKENS: "litellm_input_tokens_metric_total",
-        GATEWAY_OUTPUT_TOKENS: "litellm_output_tokens_metric_total",
+        GATEWAY_REQUESTS: ('litellm_proxy_total_requests_metric_total{status_code=~"2.."}',),
+        GATEWAY_PROMPT_TOKENS: ("litellm_input_tokens_metric_total", "litellm_input_tokens_total"),
+        GATEWAY_OUTPUT_TOKENS: (
+            "litellm_output_tokens_metric_total",
+            "litellm_output_tokens_total",
+        ),
     }
 }
 
@@ -170,6 +261,10 @@ class Query:
     promql: str
     by_le: bool = False
     fallbacks: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()  # the exposed names asked for, in order (for reports)
+    # An info gauge read from its labels: each answered series counts engines, and its value
+    # is the product of these labels' values per engine (vLLM's cache_config_info).
+    label_factors: tuple[str, ...] = ()
 
 
 def gateway_queries(labels: LabelConfig, bucket_s: int, gateway: str) -> list[Query]:
@@ -177,10 +272,33 @@ def gateway_queries(labels: LabelConfig, bucket_s: int, gateway: str) -> list[Qu
     if not gateway:
         return []
     by = ", ".join(labels.names)
-    return [
-        Query(stored, f"sum by ({by}) (increase({selector}[{bucket_s}s]))")
-        for stored, selector in GATEWAYS[gateway].items()
-    ]
+    queries = []
+    for stored, selectors in GATEWAYS[gateway].items():
+        # One query over every name, joined with ``or``: a fleet whose proxies run releases
+        # from before and after a rename has series under both, one name per label set (a
+        # label set the first name answers is taken from it alone).
+        promql = " or ".join(
+            f"sum by ({by}) (increase({selector}[{bucket_s}s]))" for selector in selectors
+        )
+        names = tuple(selector.partition("{")[0] for selector in selectors)
+        queries.append(Query(stored, promql, names=names))
+    return queries
+
+
+def cache_info_promql(labels: LabelConfig, window: str) -> str:
+    """Engines per (label set, cache configuration), from vLLM's ``cache_config_info``.
+
+    The info gauge is labelled with CacheConfig's fields and ``engine`` only, not with the
+    model: the model label is taken from the same target's ``vllm:num_requests_running``
+    (joined on ``instance`` and ``job``, the labels Prometheus gives every target)."""
+    by = ", ".join(labels.names)
+    factors = ", ".join(CACHE_INFO_FACTORS)
+    model = labels.model
+    return (
+        f"count by ({by}, {factors}) (max_over_time({VLLM_CACHE_INFO}{window}) "
+        f"* on (instance, job) group_left ({model}) "
+        f"group by (instance, job, {model}) ({RUNNING}))"
+    )
 
 
 def _promql(family: MetricFamily, exposed: str, suffix: str, by: str, window: str) -> str:
@@ -204,13 +322,20 @@ def pull_queries(labels: LabelConfig, bucket_s: int, engine: str = "vllm-v1") ->
             continue
         suffixes = ("",) if family.kind != "histogram" else ("_bucket", "_sum", "_count")
         for suffix in suffixes:
-            promqls = [_promql(family, name, suffix, by, window) for name in exposed]
+            promqls = [
+                cache_info_promql(labels, window)
+                if name == VLLM_CACHE_INFO
+                else _promql(family, name, suffix, by, window)
+                for name in exposed
+            ]
             queries.append(
                 Query(
                     family.name + suffix,
                     promqls[0],
                     by_le=suffix == "_bucket",
                     fallbacks=tuple(promqls[1:]),
+                    names=tuple(name + suffix for name in exposed),
+                    label_factors=CACHE_INFO_FACTORS if exposed[0] == VLLM_CACHE_INFO else (),
                 )
             )
     return queries

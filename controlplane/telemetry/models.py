@@ -130,6 +130,12 @@ class TelemetryPull(Job):
     unknown_labels = models.JSONField(
         default=list, blank=True, help_text="Label values no tenant, model or region has."
     )
+    missing_metrics = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Metrics no series answered, each with the names asked for "
+        "('stored: exposed | fallback').",
+    )
 
     class Meta:
         ordering = ["-started_at", "-pk"]
@@ -153,6 +159,7 @@ class TelemetryPull(Job):
             "samples_fetched": self.samples_fetched,
             "samples_stored": self.samples_stored,
             "unknown_labels": list(self.unknown_labels),
+            "missing_metrics": list(self.missing_metrics),
             "error": self.error,
         }
 
@@ -267,6 +274,32 @@ class ObservedWorkload(models.Model):
         help_text="How clumped the arrivals are (planner.capacity.burstiness): peaks over 1, "
         "10 and 60 s, the inter-arrival scv, the index of dispersion, and the resolution "
         "they were read at (1 s from a request log, the bucket width from a pull).",
+    )
+
+    class RateSource(models.TextChoices):
+        ARRIVALS = "arrivals", "arrivals"
+        COMPLETIONS = "completions", "completions"
+
+    rate_source = models.CharField(
+        max_length=16,
+        choices=RateSource.choices,
+        default=RateSource.COMPLETIONS,
+        help_text="What the request rates count: arrivals (the engine's signal of requests "
+        "admitted, metrics.ARRIVALS) or, where the engine has none, finished requests.",
+    )
+    itl_mean_s = models.FloatField(
+        null=True, blank=True, help_text="Mean inter-token latency; empty: not exposed."
+    )
+    itl_p95_s = models.FloatField(null=True, blank=True)
+    queue_time_mean_s = models.FloatField(
+        null=True, blank=True, help_text="Mean time a request waited before it ran."
+    )
+    queue_time_p95_s = models.FloatField(null=True, blank=True)
+    kv_cache_capacity_tokens = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="KV-cache capacity of one engine (replica), tokens: vLLM's num_gpu_blocks "
+        "× block_size.",
     )
 
     class Meta:

@@ -44,6 +44,27 @@ class Fetched:
     skipped_series: int = 0
     warnings: list[str] = field(default_factory=list)
     splits: int = 0
+    # Stored names no series answered under any of their exposed names, with those names.
+    missing: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    engine_answered: bool = False
+    gateway_answered: bool = False
+
+    def silence(self, *, engine: str, gateway: str) -> str:
+        """What the pull must say when a whole source answered none of its names."""
+        notes = []
+        if not self.engine_answered:
+            notes.append(
+                f"the engine's metrics ({engine}) answered no series under any of their names: "
+                "check HEADROOM_TELEMETRY_ENGINE and the scrape of the pools"
+            )
+        if gateway and not self.gateway_answered:
+            names = sorted({n for m in GATEWAY_METRICS for n in self.missing.get(m, ())})
+            notes.append(
+                f"the gateway ({gateway}) answered none of its metrics ({', '.join(names)}): "
+                "no tenant's demand is measured, and no pool's demand is filed under a tenant; "
+                "check HEADROOM_TELEMETRY_GATEWAY and the gateway's release"
+            )
+        return "; ".join(notes)
 
     @property
     def sample_count(self) -> int:
@@ -144,6 +165,9 @@ def telemetry_fetch(
         gw_labels = gateway_labels or labels
         planned += [(q, gw_labels) for q in gateway_queries(gw_labels, bucket_s, gateway)]
     for query, query_labels in planned:
+        answered = False
+        # An info gauge's engines per label set and bucket: (Σ engines × product, Σ engines).
+        per_engine: dict[SeriesKey, dict[datetime, list[float]]] = {}
         chunk_start = first
         while chunk_start <= last:
             chunk_end = min(last, chunk_start + chunk - bucket_s)
@@ -156,12 +180,16 @@ def telemetry_fetch(
                 if any(answer.series for answer in answers):
                     break
             result = [series for answer in answers for series in answer.series]
+            answered = answered or bool(result)
             fetched.warnings += [w for answer in answers for w in answer.warnings]
             for series in result:
                 key = _series_key(series.labels, query_labels, query)
                 if key is None or (query.metric in GATEWAY_METRICS and not key.tenant):
                     fetched.skipped_series += 1
                     continue
+                factor = _label_product(series.labels, query.label_factors)
+                if factor is None:
+                    continue  # vLLM before its profiling run: no blocks yet
                 fetched.series += 1
                 points = fetched.samples.setdefault(key, {})
                 for stamp, value in series.points:
@@ -177,13 +205,45 @@ def telemetry_fetch(
                             "is not a finite non-negative number"
                         )
                     bucket_start = _utc(round(stamp) - bucket_s)
+                    if query.label_factors:
+                        acc = per_engine.setdefault(key, {}).setdefault(bucket_start, [0.0, 0.0])
+                        acc[0] += value * factor
+                        acc[1] += value
+                        continue
                     if bucket_start in points:
                         raise PrometheusBadResponse(
                             f"{query.metric}{dict(series.labels)}: two values at {stamp}"
                         )
                     points[bucket_start] = value
             chunk_start = chunk_end + bucket_s
+        for key, buckets in per_engine.items():
+            fetched.samples[key].update(
+                (start_at, weighted / engines)
+                for start_at, (weighted, engines) in buckets.items()
+                if engines > 0
+            )
+        if not answered:
+            fetched.missing[query.metric] = query.names
+        elif query.metric in GATEWAY_METRICS:
+            fetched.gateway_answered = True
+        else:
+            fetched.engine_answered = True
     return fetched
+
+
+def _label_product(found: Mapping[str, str], factors: tuple[str, ...]) -> float | None:
+    """The product of the named labels' values (1 without factors); None when one is absent
+    or not a positive number (vLLM writes "None" before it knows its blocks)."""
+    product = 1.0
+    for name in factors:
+        try:
+            value = float(found.get(name, ""))
+        except ValueError:
+            return None
+        if not math.isfinite(value) or value <= 0:
+            return None
+        product *= value
+    return product
 
 
 def _series_key(found: Mapping[str, str], labels: LabelConfig, query: Query) -> SeriesKey | None:
@@ -262,6 +322,11 @@ def telemetry_pull(
     pull.series_fetched = fetched.series
     pull.samples_fetched = fetched.sample_count
     pull.skipped_series = fetched.skipped_series
+    pull.missing_metrics = [
+        f"{metric}: {' | '.join(names)}" for metric, names in sorted(fetched.missing.items())
+    ]
+    asked = end.timestamp() >= start.timestamp() + conf.bucket_s
+    silence = fetched.silence(engine=conf.engine, gateway=conf.gateway) if asked else ""
     # Every read and write from here is inside the try: the database failing (restarted under
     # the pull) leaves a failed report, not one running for ever.
     try:
@@ -283,6 +348,8 @@ def telemetry_pull(
                 pull.error = "Prometheus answered with warnings: " + "; ".join(distinct)[:2000]
             else:
                 pull.status = RunStatus.SUCCEEDED
+            if silence:
+                pull.error = "; ".join(filter(None, [pull.error, silence]))[:4000]
             pull.finished_at = timezone.now()
             pull.save()
     except Exception as exc:
@@ -290,6 +357,8 @@ def telemetry_pull(
         raise
     if pull.status == PULL_PARTIAL:
         logger.warning("telemetry pull %s is partial: %s", pull.pk, pull.error)
+    if silence:
+        logger.warning("telemetry pull %s: %s", pull.pk, silence)
     if pull.unknown_labels:
         logger.warning(
             "telemetry pull %s: label values the database does not know: %s",

@@ -17,7 +17,7 @@ from controlplane.fleet.models import LlmModel, Region, ReplicaShape
 from controlplane.fleet.selectors import planning_figures
 from controlplane.policies.models import Tenant, WorkloadProfile
 from controlplane.telemetry.conf import telemetry_settings
-from controlplane.telemetry.metrics import REQUESTS
+from controlplane.telemetry.metrics import ARRIVALS, REQUESTS
 from controlplane.telemetry.models import (
     PULL_PARTIAL,
     RunStatus,
@@ -257,10 +257,11 @@ def request_rate_history(
     Returns ``{(tenant, model, region): (hour starts in UTC epoch seconds, requests/s)}``, each
     series in time order: the contract of ``controlplane.plans.demand.rate_history``.
 
-    - **What is counted**: finished requests, the stored increases of ``request_success`` at
-      the configured bucket width (``HEADROOM_TELEMETRY_BUCKET_S``; series of other widths are
-      not mixed in). The series of a label set's workload classes (a ``class`` label) are
-      summed.
+    - **What is counted**: arrivals where the engine gives them (``metrics.ARRIVALS``: vLLM's
+      and SGLang's first tokens, TGI's ``tgi_request_count``), else finished requests (the
+      stored increases of ``request_success``), per label set, at the configured bucket width
+      (``HEADROOM_TELEMETRY_BUCKET_S``; series of other widths are not mixed in). The series
+      of a label set's workload classes (a ``class`` label) are summed.
     - **Partial hours**: an hour's rate is its requests over the seconds its stored buckets
       cover (each class's series over its own buckets), so an hour that telemetry saw only in
       part is neither diluted by the missing buckets nor left out. An hour with no sample at
@@ -275,12 +276,15 @@ def request_rate_history(
     """
     width = telemetry_settings().bucket_s
     names = known_names()
-    keys: dict[int, tuple[str, str, str]] = {}
-    for series_id, tenant, model, region in TelemetrySeries.objects.filter(
-        bucket_s=width, metric=REQUESTS, le=""
-    ).values_list("id", "tenant", "model", "region"):
+    found: dict[str, dict[int, tuple[str, str, str]]] = {REQUESTS: {}, ARRIVALS: {}}
+    for series_id, metric, tenant, model, region in TelemetrySeries.objects.filter(
+        bucket_s=width, metric__in=(REQUESTS, ARRIVALS), le=""
+    ).values_list("id", "metric", "tenant", "model", "region"):
         if tenant in names.tenants and model in names.models and region in names.regions:
-            keys[series_id] = (tenant, model, region)
+            found[metric][series_id] = (tenant, model, region)
+    arriving = set(found[ARRIVALS].values())
+    keys = dict(found[ARRIVALS])
+    keys.update((i, key) for i, key in found[REQUESTS].items() if key not in arriving)
     parts: dict[tuple[str, str, str], dict[int, list[float]]] = defaultdict(
         lambda: defaultdict(list)
     )

@@ -31,7 +31,7 @@ from controlplane.telemetry import metrics, storage
 from controlplane.telemetry.storage import SeriesKey
 
 ValueAt = Callable[[float], float]
-_METRIC = re.compile(r"(?:increase|avg_over_time)\(([^\[]+)\[")
+_METRIC = re.compile(r"(?:increase|avg_over_time|max_over_time)\(([^\[]+)\[")
 
 
 @dataclass

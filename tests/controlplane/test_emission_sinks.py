@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -246,7 +247,7 @@ def test_kubernetes_zone_floors_keep_the_zone_promise_and_a_shape_without_a_targ
     assert (pinned["minReplicas"], pinned["maxReplicas"]) == (3, 3) and "metrics" not in pinned
     assert batch["metadata"]["annotations"]["headroom.io/autoscaling"].startswith("pinned")
     names = {d["metadata"]["name"] for (kind, *_), d in eu.items() if kind == "Deployment"}
-    assert len(names) == 4 and all(len(n) <= 52 and n == n.lower() for n in names)
+    assert len(names) == 4 and all(len(n) <= 63 and n == n.lower() for n in names)
 
 
 def test_kubernetes_sink_can_emit_keda_scaled_objects(root: Path) -> None:
@@ -268,7 +269,13 @@ def test_kubernetes_sink_can_emit_keda_scaled_objects(root: Path) -> None:
     assert trigger["metadata"]["threshold"] == "3.500"
     query = trigger["metadata"]["query"]
     assert "vllm:num_requests_running{" in query and "vllm:num_requests_waiting{" in query
-    assert f'pod=~"{name}-[a-z0-9]+-[a-z0-9]+"' in query
+    # The Deployment's pods by the labels their template carries, as the scrape job copies
+    # them onto every series; never by a pattern on pod names.
+    labels = us[("Deployment", "m/gpu80x1", "us-a")]["spec"]["selector"]["matchLabels"]
+    assert "pod" not in query and name not in query
+    for key, series_label in kubernetes.SERIES_LABELS.items():
+        assert f'{series_label}="{labels[key]}"' in query
+    assert 'namespace="inference"' in query
     # KEDA copies these labels onto its own HPA unless told not to; pruning would delete it.
     excluded = scaled["metadata"]["annotations"]["scaledobject.keda.sh/hpa-excluded-labels"]
     assert "app.kubernetes.io/managed-by" in excluded
@@ -386,3 +393,41 @@ def test_safe_names_are_dns_labels_and_distinct() -> None:
     assert len(long) <= 52
     assert kubernetes.milli_quantity(3.5) == "3500m"
     assert kubernetes.milli_quantity(0.0001) == "1m"
+
+
+def test_keda_query_of_a_63_character_deployment_selects_its_pods_by_labels(root: Path) -> None:
+    """Kubernetes names a Deployment's pods ``<replicaset>-<5 chars>`` with the ReplicaSet's
+    name cut to 58 characters first: for a 63-character Deployment the pod name keeps none of
+    the ``-<hash>-<suffix>`` a name pattern would look for. The query selects on labels."""
+    sink = kubernetes_sink()
+    sink.autoscaler = AllocationSink.Autoscaler.KEDA
+    sink.prometheus_url = "http://prometheus.monitoring.svc:9090"
+    sink.save()
+    emit(make_plan(4))
+    document = dict(OutboxEntry.objects.get(region="us").payload)
+    shape = dict(document["shapes"][0])
+    zone = next(iter(shape["zone_bounds"]))
+    long_shape = "s" * (63 - len(zone) - 1)
+    shape["shape"] = long_shape
+    document["shapes"] = [shape]
+    cluster = kubernetes.ClusterSettings.of(sink)
+    objects = kubernetes.region_manifests(document, cluster)
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    scaled = next(o for o in objects if o["kind"] == "ScaledObject")
+    name = deployment["metadata"]["name"]
+    assert name == f"{long_shape}-{zone}" and len(name) == 63
+    assert scaled["metadata"]["name"] == name
+    pod = (f"{name}-7d9f8c6b5f-")[:58] + "x2k9q"  # what the ReplicaSet controller makes
+    old_pattern = f"{name}-[a-z0-9]+-[a-z0-9]+"
+    assert not re.fullmatch(old_pattern, pod)
+    query = scaled["spec"]["triggers"][0]["metadata"]["query"]
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    # The series a pod of this Deployment exposes, as the scrape job labels it.
+    series = {"namespace": "inference", "pod": pod} | {
+        kubernetes.SERIES_LABELS[k]: v for k, v in selector.items()
+    }
+    matchers = dict(re.findall(r'([a-z_]+)="([^"]*)"', query.split("}")[0]))
+    assert matchers and all(series[k] == v for k, v in matchers.items())
+    assert set(matchers) == {"namespace", *kubernetes.SERIES_LABELS.values()}
+    # Another zone's Deployment of the same shape does not match.
+    assert selector[kubernetes.ZONE_LABEL] == matchers["headroom_zone"] == zone

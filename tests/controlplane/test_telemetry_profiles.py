@@ -12,7 +12,7 @@ from controlplane.fleet.models import WorkloadClass
 from controlplane.pipeline import tasks
 from controlplane.plans.demand import _pool_wide
 from controlplane.policies.models import WorkloadProfile
-from controlplane.telemetry import derive
+from controlplane.telemetry import derive, metrics
 from controlplane.telemetry.api import TelemetryProfileSerializer
 from controlplane.telemetry.models import (
     OBSERVED_CLASS,
@@ -21,6 +21,7 @@ from controlplane.telemetry.models import (
     RunStatus,
 )
 from controlplane.telemetry.selectors import pool_profiles
+from controlplane.telemetry.storage import SeriesKey
 from tests.controlplane.telemetry_fakes import (
     Fleet,
     Traffic,
@@ -319,3 +320,61 @@ def test_a_pool_of_one_tenant_is_that_tenants_traffic(settings: Any) -> None:
     derive.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
     profile = WorkloadProfile.objects.get(source=WorkloadProfile.Source.TELEMETRY)
     assert (profile.tenant.name, profile.pool_tenants) == ("northwind", [])
+
+
+def test_rates_come_from_arrivals_and_latency_and_capacity_signals_are_observed(
+    fleet: Fleet,
+) -> None:
+    """A queue building up: 1,000 requests arrive per bucket, 600 finish. The rates are the
+    arrivals'; inter-token latency and queue time come from their histograms (means from
+    _sum / _count, p95 from the buckets); the KV capacity is the engines' mean."""
+    traffic = _known_buckets([600, 600, 600, 600, 600])
+    samples = traffic_samples("northwind", "chat-70b", "eu-west", T0, W, traffic)
+
+    def put(metric: str, value: float, le: str = "") -> None:
+        key = SeriesKey("northwind", "chat-70b", "eu-west", "", metric, le)
+        for i in range(5):
+            samples.setdefault(key, {})[T0 + timedelta(seconds=i * W)] = value
+
+    put(metrics.ARRIVALS, 1000.0)
+    # ITL per bucket: 600 observations, 300 ≤ 20 ms, 570 ≤ 50 ms, all ≤ 100 ms; mean 25 ms.
+    for le, count in (("0.02", 300), ("0.05", 570), ("0.1", 600), ("+Inf", 600)):
+        put(metrics.ITL_HIST + "_bucket", count, le)
+    put(metrics.ITL_HIST + "_sum", 600 * 0.025)
+    put(metrics.ITL_HIST + "_count", 600)
+    # Queue time: 500 ≤ 1 s, 600 ≤ 5 s; mean 1.5 s.
+    for le, count in (("1.0", 500), ("5.0", 600), ("+Inf", 600)):
+        put(metrics.QUEUE_HIST + "_bucket", count, le)
+    put(metrics.QUEUE_HIST + "_sum", 600 * 1.5)
+    put(metrics.QUEUE_HIST + "_count", 600)
+    put(metrics.KV_CAPACITY, 32000.0)
+    store(samples, W)
+    run = derive.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert run.status == RunStatus.SUCCEEDED, run.error
+
+    observed = ObservedWorkload.objects.get(derivation=run)
+    assert observed.rate_source == ObservedWorkload.RateSource.ARRIVALS
+    assert observed.requests == 3000  # finished
+    assert observed.mean_requests_per_s == pytest.approx(1000 / W)
+    assert observed.peak_requests_per_s == pytest.approx(1000 / W)
+    assert WorkloadProfile.objects.get().peak_requests_per_s == pytest.approx(1000 / W)
+    assert observed.itl_mean_s == pytest.approx(0.025)
+    # p95 rank 2,850 of 3,000 at the top of (0.02, 0.05]: 0.05.
+    assert observed.itl_p95_s == pytest.approx(0.05)
+    assert observed.queue_time_mean_s == pytest.approx(1.5)
+    # p95 rank 2,850 in (1, 5] (2,500 → 3,000): 1 + 4 × 350/500 = 3.8.
+    assert observed.queue_time_p95_s == pytest.approx(3.8)
+    assert observed.kv_cache_capacity_tokens == pytest.approx(32000.0)
+
+
+def test_without_an_arrival_signal_the_rates_are_the_completions(fleet: Fleet) -> None:
+    store(traffic_samples("northwind", "chat-70b", "eu-west", T0, W, _known_buckets([600] * 5)), W)
+    run = derive.workload_profiles_derive(window_start=T0, window_end=T0 + timedelta(hours=1))
+    observed = ObservedWorkload.objects.get(derivation=run)
+    assert observed.rate_source == ObservedWorkload.RateSource.COMPLETIONS
+    assert observed.mean_requests_per_s == pytest.approx(600 / W)
+    assert (observed.itl_mean_s, observed.queue_time_p95_s, observed.kv_cache_capacity_tokens) == (
+        None,
+        None,
+        None,
+    )

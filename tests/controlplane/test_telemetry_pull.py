@@ -12,14 +12,18 @@ import pytest
 from celery.exceptions import Retry
 
 from controlplane.pipeline import tasks
-from controlplane.telemetry.derive import derivation_follows_pull
+from controlplane.policies.models import WorkloadProfile
+from controlplane.telemetry.derive import derivation_follows_pull, workload_profiles_derive
 from controlplane.telemetry.metrics import (
+    ARRIVALS,
     E2E_HIST,
+    KV_CAPACITY,
     KV_USAGE,
     METRICS,
     PREFIX_HITS,
     PREFIX_QUERIES,
     REQUESTS,
+    VLLM_CACHE_INFO,
 )
 from controlplane.telemetry.models import (
     PULL_PARTIAL,
@@ -51,6 +55,15 @@ def _register(fake: FakePrometheus, labels: dict[str, str]) -> int:
     """Every pulled metric for one label set; returns the number of series registered."""
     count = 0
     for family in METRICS:
+        if family.name == ARRIVALS:
+            count += 1  # vLLM V1's arrivals: the TTFT histogram's count, stored again
+            continue
+        if family.name == KV_CAPACITY:
+            # vLLM's cache_config_info: two engines with 2,000 blocks of 16 tokens.
+            info = {**labels, "num_gpu_blocks": "2000", "block_size": "16", "swap_space": "4"}
+            fake.add(VLLM_CACHE_INFO, info, lambda t: 2.0)
+            count += 1
+            continue
         if family.kind == "histogram":
             for i, le in enumerate(PROMPT_LE):
                 fake.add(
@@ -84,7 +97,7 @@ def test_pull_asks_one_range_query_per_series_name_on_the_bucket_grid(prom: Fake
     series = _register(prom, LABELS)
     pull = telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
     assert pull.status == RunStatus.SUCCEEDED
-    assert pull.queries == len(prom.queries) == 4 * 3 + 9
+    assert pull.queries == len(prom.queries) == 6 * 3 + 11
     queries = {q["query"] for q in prom.queries}
     assert (
         "sum by (tenant, model_name, region) (increase(vllm:prompt_tokens_total[300s]))" in queries
@@ -109,6 +122,22 @@ def test_pull_asks_one_range_query_per_series_name_on_the_bucket_grid(prom: Fake
     bucket = TelemetrySeries.objects.get(metric="vllm:request_prompt_tokens_bucket", le="+Inf")
     assert bucket.tenant == "northwind" and bucket.bucket_s == W
     assert set(bucket.samples.values_list("value", flat=True)) == {3000.0}
+    # vLLM's KV capacity from cache_config_info's labels: 2,000 blocks × 16 tokens per engine.
+    # (The info gauge has no model label: it is joined from the target's running gauge.)
+    assert (
+        "count by (tenant, model_name, region, num_gpu_blocks, block_size) "
+        "(max_over_time(vllm:cache_config_info[300s]) * on (instance, job) "
+        "group_left (model_name) group by (instance, job, model_name) "
+        "(vllm:num_requests_running))" in queries
+    )
+    capacity = TelemetrySeries.objects.get(metric=KV_CAPACITY)
+    assert set(capacity.samples.values_list("value", flat=True)) == {32000.0}
+    # Arrivals: the first tokens, the TTFT histogram's count.
+    assert (
+        "sum by (tenant, model_name, region) (increase(vllm:time_to_first_token_seconds_count[300s]))"
+        in queries
+    )
+    assert TelemetrySeries.objects.get(metric=ARRIVALS).samples.count() == 12
 
 
 def test_the_same_window_twice_stores_nothing_the_second_time(prom: FakePrometheus) -> None:
@@ -402,3 +431,70 @@ def test_each_engine_is_read_under_its_own_names(
     asked = {q["query"].split("(")[-1].split("[")[0] for q in prom.queries}
     assert kv_name in asked and requests_name in asked
     assert not any(absent in q for q in asked)
+
+
+def test_a_gateway_that_answers_none_of_its_names_is_named_on_the_pull(
+    prom: FakePrometheus, settings: Any
+) -> None:
+    """LiteLLM's counters under names the map does not list (here: none at all) leave every
+    gateway query empty: the pull says which names it asked for, and the pool's demand is not
+    filed under the pool's tenant, who may have sent nothing."""
+    settings.HEADROOM_TELEMETRY_GATEWAY = "litellm"
+    pool = {"model_name": "chat-70b", "region": "eu-west"}
+    _register(prom, pool)
+    prom.add("litellm_input_tokens_metric_tokens", {**pool, "api_key_alias": "x"}, lambda t: 1.0)
+    end = T0 + timedelta(hours=1)
+    pull = telemetry_pull(window_start=T0, window_end=end)
+    assert pull.status == RunStatus.SUCCEEDED
+    assert (
+        "gateway:prompt_tokens_total: litellm_input_tokens_metric_total | "
+        "litellm_input_tokens_total" in pull.missing_metrics
+    )
+    assert "gateway:requests_total: litellm_proxy_total_requests_metric_total" in (
+        pull.missing_metrics
+    )
+    assert "the gateway (litellm) answered none of its metrics" in pull.error
+    assert "litellm_output_tokens_total" in pull.error
+    assert pull.summary()["missing_metrics"] == pull.missing_metrics
+    assert not TelemetrySeries.objects.filter(metric__startswith="gateway:").exists()
+
+    run = workload_profiles_derive(window_start=T0, window_end=end)
+    assert run.status == RunStatus.SUCCEEDED
+    assert run.profiles_created == 0
+    assert not WorkloadProfile.objects.filter(tenant__name="northwind").exists()
+    assert {
+        "series": "/chat-70b/eu-west/observed",
+        "reason": "the gateway (litellm) measured no tenant in this pool",
+    } in run.skipped
+
+
+def test_an_engine_that_answers_none_of_its_names_is_named_on_the_pull(
+    prom: FakePrometheus, settings: Any
+) -> None:
+    settings.HEADROOM_TELEMETRY_ENGINE = "sglang"
+    _register(prom, LABELS)  # vLLM V1's names: SGLang's map finds none of them
+    pull = telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert pull.status == RunStatus.SUCCEEDED and pull.samples_stored == 0
+    assert "the engine's metrics (sglang) answered no series" in pull.error
+    assert "vllm:request_success_total: sglang:num_requests_total" in pull.missing_metrics
+
+
+def test_a_complete_pull_names_no_missing_metric(prom: FakePrometheus) -> None:
+    _register(prom, LABELS)
+    pull = telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert pull.missing_metrics == [] and pull.error == ""
+
+
+def test_kv_capacity_is_the_engines_mean_of_blocks_times_block_size(
+    prom: FakePrometheus,
+) -> None:
+    """Two cache configurations in one pool (3 engines of 1,000 × 16, 1 of 4,000 × 16) give
+    the mean per engine; an engine that has not profiled yet ("None" blocks) is left out."""
+    pool = {**LABELS}
+    prom.add(VLLM_CACHE_INFO, {**pool, "num_gpu_blocks": "1000", "block_size": "16"}, lambda t: 3.0)
+    prom.add(VLLM_CACHE_INFO, {**pool, "num_gpu_blocks": "4000", "block_size": "16"}, lambda t: 1.0)
+    prom.add(VLLM_CACHE_INFO, {**pool, "num_gpu_blocks": "None", "block_size": "16"}, lambda t: 5.0)
+    pull = telemetry_pull(window_start=T0, window_end=T0 + timedelta(hours=1))
+    assert pull.status == RunStatus.SUCCEEDED
+    capacity = TelemetrySeries.objects.get(metric=KV_CAPACITY)
+    assert set(capacity.samples.values_list("value", flat=True)) == {(3 * 16000 + 64000) / 4}

@@ -147,3 +147,16 @@ def test_two_weeks_of_samples_make_a_replan_size_the_demand_from_the_forecast() 
     total = sum(d["requests_per_s"] for d in sized)
     assert 2.6 < total < 3.4
     assert run.plan.forecast_band["sources"] == {"declared": 18, "telemetry": 3}
+
+
+def test_arrivals_are_the_rate_where_the_engine_counts_them() -> None:
+    """A queue building: 360 requests arrive per bucket and 300 finish. A label set with an
+    arrival signal is forecast from its arrivals; one without, from its finished requests."""
+    make_fleet(("acme", "eu-west"), ("globex", "eu-west"))
+    _requests("acme", _buckets(T0, 12, 300.0))
+    _requests("acme", _buckets(T0, 12, 360.0), metric=metrics.ARRIVALS)
+    _requests("globex", _buckets(T0, 12, 300.0))
+
+    history = request_rate_history(start=T0, end=T0 + timedelta(hours=1))
+    assert history[("acme", "chat-70b", "eu-west")][1] == [pytest.approx(1.2)]
+    assert history[("globex", "chat-70b", "eu-west")][1] == [pytest.approx(1.0)]

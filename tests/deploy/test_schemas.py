@@ -1,6 +1,7 @@
 """Every manifest in ``deploy/`` and every object the Kubernetes sink emits, validated strictly
-against the Kubernetes OpenAPI schemas and the vendored CRD schemas (``validation``), with the
-network closed: the schemas are read from the installed package and the repository only.
+against the Kubernetes OpenAPI schemas and KubeRay's and KEDA's own CRDs (``validation``), with
+the network closed: the schemas are read from the installed package and from
+``../shared/schemas/crds/`` beside the repository only.
 
 The emitted objects cover the example scenario (``docs/scenarios/support-assistant.yaml``,
 re-planned and delivered through the sink, as an operator's cluster would receive them) and
@@ -33,11 +34,12 @@ from controlplane.emission.payload import (
     ShapeServing,
     region_documents,
 )
+from controlplane.emission.sinks import kubernetes
 from controlplane.emission.sinks.kubernetes import ClusterSettings, region_manifests
 from planner.placement.generator import generate_problem
 from planner.placement.greedy import greedy_plan
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan
-from tests.deploy.validation import KUBERNETES_VERSION, all_errors
+from tests.deploy.validation import CRD_MISSING, CRDS, KUBERNETES_VERSION, all_errors
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "kubernetes"
@@ -100,6 +102,46 @@ def test_a_misspelt_custom_resource_field_is_caught() -> None:
     ray = next(o for o in deploy_objects() if o["kind"] == "RayCluster")
     ray["spec"]["workerGroupSpecs"][0]["maxReplica"] = 3
     assert any("maxReplica" in problem for problem in all_errors([ray]))
+    # Inside the pod template the CRD carries (KubeRay's copy of the PodSpec) as well.
+    ray = next(o for o in deploy_objects() if o["kind"] == "RayCluster")
+    ray["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "x"
+    assert any("imagePullPolcy" in problem for problem in all_errors([ray]))
+
+
+def _scaled_object() -> dict[str, Any]:
+    meta = {"name": "m-gpu80x1-eu-a", "namespace": "inference", "labels": {}, "annotations": {}}
+    selector = {
+        kubernetes.REGION_LABEL: "eu",
+        kubernetes.SHAPE_LABEL: "m",
+        kubernetes.ZONE_LABEL: "a",
+    }
+    return kubernetes._scaled_object(meta, selector, 1, 4, 3.5, KEDA)
+
+
+def test_the_upstream_crds_are_read_and_enforced() -> None:
+    """The schemas are KEDA's and KubeRay's own files, unmodified (byte for byte as the
+    README lists them), and what their CRDs say is enforced: KEDA's trigger metadata holds
+    strings only, a trigger needs its type, unknown fields are refused at any depth."""
+    readme = (CRDS / "README.md").read_text() if (CRDS / "README.md").is_file() else ""
+    if CRD_MISSING:
+        pytest.skip(CRD_MISSING)
+    assert "v2.20.2" in readme and "v1.7.0" in readme
+    assert not (REPO / "tests" / "deploy" / "schemas").exists()
+    scaled = _scaled_object()
+    assert all_errors([scaled]) == []
+    wrong_type = _scaled_object()
+    wrong_type["spec"]["triggers"][0]["metadata"]["threshold"] = 3.5
+    problems = all_errors([wrong_type])
+    assert any("metadata.threshold: 3.5 is not of type 'string'" in p for p in problems)
+    no_type = _scaled_object()
+    del no_type["spec"]["triggers"][0]["type"]
+    assert any("'type' is a required property" in p for p in all_errors([no_type]))
+    misspelt = _scaled_object()
+    misspelt["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behaviour"] = {}
+    assert any("behaviour" in p for p in all_errors([misspelt]))
+    bad_meta = _scaled_object()
+    bad_meta["metadata"]["labels"] = {"a": 1}
+    assert any("metadata.labels.a" in p for p in all_errors([bad_meta]))
 
 
 @pytest.mark.django_db

@@ -91,8 +91,9 @@ HEALTH_PATH = "/health"
 # KEDA copies a ScaledObject's labels onto the HPA it creates; without this exclusion that HPA
 # would carry our region selector and the next ``apply --prune`` would delete it.
 KEDA_EXCLUDED_LABELS = "scaledobject.keda.sh/hpa-excluded-labels"
-# Deployment names stay short enough for the ReplicaSet and pod suffixes Kubernetes appends.
-NAME_LENGTH = 52
+# Object names are DNS labels: KEDA writes a ScaledObject's name into a label value of the HPA
+# it creates. Nothing selects pods by name, so the pod names Kubernetes truncates do not matter.
+NAME_LENGTH = 63
 # Weights load for minutes before /health answers: the startup probe allows 30 minutes, and
 # the liveness probe starts counting only after it passed.
 STARTUP_PERIOD_S = 10
@@ -209,18 +210,31 @@ def vllm_args(serving: Mapping[str, Any]) -> list[str]:
     return args + [str(a) for a in serving.get("extra_args") or ()]
 
 
-def in_flight_query(namespace: str, deployment: str) -> str:
+# The series labels the scrape job in deploy/prometheus/scrape-vllm.yaml copies from each pod's
+# labels: pod label → series label.
+SERIES_LABELS = {
+    REGION_LABEL: "headroom_region",
+    SHAPE_LABEL: "headroom_shape",
+    ZONE_LABEL: "headroom_zone",
+}
+
+
+def in_flight_query(namespace: str, selector: Mapping[str, str]) -> str:
     """PromQL for the requests in a Deployment's pods, running plus queued (vLLM's gauges).
 
-    Pods of a Deployment are named ``<deployment>-<replicaset hash>-<suffix>``; Prometheus
-    anchors the regular expression at both ends, so a longer Deployment name never matches.
-    Deployment names are DNS labels (letters, digits, '-'), none of them special in a regular
-    expression or a PromQL string.
+    The pods are selected by the labels the Deployment's pod template carries (its
+    ``selector``: region, shape and zone), which the scrape job copies onto every series
+    (``SERIES_LABELS``), never by a pattern on pod names: Kubernetes truncates a pod's name
+    to 63 characters, so a long Deployment name loses the ``-<hash>-<suffix>`` a pattern
+    would need. The values are label values (letters, digits, '-', '_', '.'), none of them
+    special in a PromQL string.
     """
-    selector = f'namespace="{namespace}",pod=~"{deployment}-[a-z0-9]+-[a-z0-9]+"'
+    matchers = [f'namespace="{namespace}"'] + [
+        f'{SERIES_LABELS[key]}="{value}"' for key, value in sorted(selector.items())
+    ]
+    labels = ",".join(matchers)
     return (
-        f"sum(vllm:num_requests_running{{{selector}}})"
-        f" + sum(vllm:num_requests_waiting{{{selector}}})"
+        f"sum(vllm:num_requests_running{{{labels}}}) + sum(vllm:num_requests_waiting{{{labels}}})"
     )
 
 
@@ -290,7 +304,9 @@ def region_manifests(
                 plan = int(bounds["replicas"])
                 manifests.append(_pinned_autoscaler(meta, plan))
             elif cluster.autoscaler == "keda":
-                manifests.append(_scaled_object(meta, floor, ceiling, float(target), cluster))
+                manifests.append(
+                    _scaled_object(meta, selector, floor, ceiling, float(target), cluster)
+                )
             else:
                 manifests.append(_autoscaler(meta, floor, ceiling, float(target), cluster.metric))
             manifests.append(_disruption_budget(meta, selector))
@@ -436,7 +452,12 @@ def _pinned_autoscaler(meta: Mapping[str, Any], replicas: int) -> dict[str, Any]
 
 
 def _scaled_object(
-    meta: Mapping[str, Any], floor: int, ceiling: int, target: float, cluster: ClusterSettings
+    meta: Mapping[str, Any],
+    selector: Mapping[str, str],
+    floor: int,
+    ceiling: int,
+    target: float,
+    cluster: ClusterSettings,
 ) -> dict[str, Any]:
     annotations = {
         **meta["annotations"],
@@ -463,7 +484,7 @@ def _scaled_object(
                     "metricType": "AverageValue",
                     "metadata": {
                         "serverAddress": cluster.prometheus_url,
-                        "query": in_flight_query(cluster.namespace, str(meta["name"])),
+                        "query": in_flight_query(cluster.namespace, selector),
                         "threshold": f"{target:.3f}",
                     },
                 }

@@ -18,6 +18,10 @@ start on its grid. The point at time t covers (t − w, t], as Prometheus' does;
 window reaches before the history's start or after what has been simulated are left out.
 Anything else is refused as Prometheus refuses a bad query: HTTP 400 with
 ``{"status": "error", "errorType": "bad_data", "error": "…"}``.
+
+vLLM series the simulator does not simulate (``NOT_SIMULATED``: inter-token latency, queue
+time, the cache configuration) are answered as Prometheus answers for a series it holds no
+samples of: a well-formed query over them returns no series.
 """
 
 from __future__ import annotations
@@ -43,6 +47,26 @@ _QUERY = re.compile(
     r"\(\s*(?P<fn>[a-z_]+)\s*\(\s*(?P<metric>[a-zA-Z_:][a-zA-Z0-9_:]*)\s*"
     r"\[\s*(?P<window>[0-9]+)s\s*\]\s*\)\s*\)\s*$"
 )
+
+
+# vLLM V1 series (vllm/v1/metrics/loggers.py) the pull asks for and the simulator leaves out.
+_NOT_SIMULATED_HISTOGRAMS = (
+    "vllm:inter_token_latency_seconds",
+    "vllm:time_per_output_token_seconds",
+    "vllm:request_queue_time_seconds",
+)
+NOT_SIMULATED = frozenset(
+    [
+        f"{name}{suffix}"
+        for name in _NOT_SIMULATED_HISTOGRAMS
+        for suffix in ("_bucket", "_sum", "_count")
+    ]
+    + ["vllm:cache_config_info"]
+)
+
+
+# The series a query's range functions select.
+_SELECTED = re.compile(r"[a-z_]+\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\[")
 
 
 class QueryError(ValueError):
@@ -184,6 +208,11 @@ class QueryApi:
         query_text = params.get("query")
         if not query_text:
             raise QueryError("missing parameter 'query'")
+        unsimulated = _SELECTED.findall(query_text)
+        if unsimulated and set(unsimulated) <= NOT_SIMULATED:
+            for name in ("start", "end", "step"):
+                _number(params, name)
+            return {"resultType": "matrix", "result": []}
         query = parse_query(query_text, self.labels)
         start, end, step = (_number(params, name) for name in ("start", "end", "step"))
         width = self.history.bucket_s
