@@ -194,6 +194,7 @@ def solve_verified(
 
     current = copy.deepcopy(dict(problem))
     rounds: list[Round] = []
+    solution: dict[str, Any] = {}
     judged = any(d.get("ttft_slo_s") is not None for d in current.get("demands", []))
     while True:
         started = time.perf_counter()
