@@ -131,8 +131,7 @@ class OperatorFieldsRefused(exceptions.PermissionDenied):
             f"{'it' if len(names) == 1 else 'them'}."
         )
         self.fields = {
-            name: ["Set by the fleet's operators: a tenant key cannot change it."]
-            for name in names
+            name: ["Set by the fleet's operators: a tenant key cannot change it."] for name in names
         }
 
 

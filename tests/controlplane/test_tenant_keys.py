@@ -414,7 +414,9 @@ def test_a_key_writes_only_declared_profiles(tenants: tuple[Tenant, Tenant]) -> 
         assert response.status_code == 403, response.content
         assert set(response.json()["error"]["fields"]) == {"source"}
     relabelled = client.patch(
-        reverse("workload-profile-detail", args=[profile.pk]), {"source": "telemetry"}, format="json"
+        reverse("workload-profile-detail", args=[profile.pk]),
+        {"source": "telemetry"},
+        format="json",
     )
     assert relabelled.status_code == 403
     assert WorkloadProfile.objects.filter(pk=measured.pk, peak_requests_per_s=0.5).count() == 0
