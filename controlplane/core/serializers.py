@@ -39,6 +39,15 @@ class StrictFloatField(serializers.FloatField):
         return super().to_internal_value(data)
 
 
+class StrictCharField(serializers.CharField):
+    """Text; a number or a boolean is not text (DRF alone would store ``3`` as ``"3"``)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class StrictPrimaryKeyRelatedField(serializers.PrimaryKeyRelatedField[Any]):
     """An id is a whole number (or its digits in a form); not ``1.5``, not ``true``."""
 
