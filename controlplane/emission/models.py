@@ -182,13 +182,6 @@ class AllocationSink(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.get_kind_display()})"
 
-    @classmethod
-    def from_db(cls, db: str | None, field_names: Any, values: Any) -> AllocationSink:
-        sink = super().from_db(db, field_names, values)
-        # The secret as stored, to tell a rotation on save (absent when the field was deferred).
-        sink._stored_secret = sink.__dict__.get("secret")
-        return sink
-
     def save(self, *args: Any, **kwargs: Any) -> None:
         # The history leaves the secret out, so a rotation alone would be an entry listing no
         # change: its change reason says what happened instead.
@@ -202,6 +195,13 @@ class AllocationSink(models.Model):
         self._stored_secret = self.secret
         if reason is not None and getattr(self, "_change_reason", None) == reason:
             del self._change_reason
+
+    @classmethod
+    def from_db(cls, db: str | None, field_names: Any, values: Any) -> AllocationSink:
+        sink = super().from_db(db, field_names, values)
+        # The secret as stored, to tell a rotation on save (absent when the field was deferred).
+        sink._stored_secret = sink.__dict__.get("secret")
+        return sink
 
     @property
     def secret_hint(self) -> str:
