@@ -161,9 +161,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         }
         if isinstance(exc, RecordInUse):
             body["referenced_by"] = exc.referenced_by
-        fields = getattr(exc, "fields", None)
-        if isinstance(exc, exceptions.PermissionDenied) and isinstance(fields, dict):
+        denied = getattr(exc, "fields", None)
+        if isinstance(exc, exceptions.PermissionDenied) and isinstance(denied, dict):
             # A tenant key's write naming fields only operators change (core.api).
-            body["fields"] = fields
+            body["fields"] = denied
         response.data = {"error": body}
     return response

@@ -295,7 +295,7 @@ class TenantQuotaViewSet(RevisionedRecordViewSet):
     tenant_access = TENANT_OWN
     tenant_lookup = "tenant__name"
     tenant_writes = frozenset({"update", "partial_update"})
-    tenant_fields: frozenset[str] = frozenset()
+    tenant_fields = frozenset[str]()
     queryset = TenantQuota.objects.all()
     serializer_class = serializers.TenantQuotaSerializer
     filterset_class = filters.TenantQuotaFilter

@@ -232,7 +232,7 @@ class TenantScopeMixin(generics.GenericAPIView[Any]):
             self.tenant_check_owned(instance)
         model: type[Model] = self.get_queryset().model
         refused = []
-        data: Mapping[str, Any] = serializer.validated_data  # type: ignore[assignment]
+        data: Mapping[str, Any] = serializer.validated_data
         for name, value in data.items():
             if name in self.tenant_fields:
                 continue

@@ -148,7 +148,7 @@ class LoginLimitBackend(AxesStandaloneBackend):
         **kwargs: Any,
     ) -> None:
         super().authenticate(request, username=username, password=password, **kwargs)
-        if request is None or not settings.AXES_ENABLED:
+        if request is None or not getattr(settings, "AXES_ENABLED", True):
             return None
         credentials = get_credentials(username=username, **kwargs)
         address = getattr(request, "axes_ip_address", None) or client_address(request)

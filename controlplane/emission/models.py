@@ -175,6 +175,8 @@ class AllocationSink(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     # The secret stays out of the audit trail: history rows are readable by every role.
     history = HistoricalRecords(excluded_fields=["secret"])
+    # The secret as loaded from the database (``from_db``), to tell a rotation on save.
+    _stored_secret: str | None = None
 
     class Meta:
         ordering = ["name"]
