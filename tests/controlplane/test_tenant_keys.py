@@ -535,6 +535,15 @@ def test_the_schema_names_the_key_scheme(api_client_for: Any) -> None:
     assert scheme == {**scheme, "type": "http", "scheme": "bearer"}
     tenants_get = schema["paths"]["/api/tenants/"]["get"]
     assert {"tenantKey": []} in tenants_get["security"]
+    # The 403 a key's change of an operator's field gets is documented, with its fields.
+    for path in ("/api/tenants/{id}/", "/api/tenant-quotas/{id}/", "/api/workload-profiles/{id}/"):
+        for method in ("put", "patch"):
+            refused = schema["paths"][path][method]["responses"]["403"]
+            ref = refused["content"]["application/json"]["schema"]["$ref"]
+            assert ref.endswith("/Error"), (path, method)
+            assert "tenant key" in refused["description"]
+    detail = schema["components"]["schemas"]["ErrorDetail"]["properties"]["fields"]
+    assert "403" in detail["description"]
 
 
 def test_a_key_costs_one_query_a_request(tenants: tuple[Tenant, Tenant]) -> None:
