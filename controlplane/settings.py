@@ -275,8 +275,8 @@ HEADROOM_TRUSTED_PROXIES = envnetworks("HEADROOM_TRUSTED_PROXIES", [])
 # (from any addresses), each address that failed for it within the window is refused until
 # its last failure is a window old; an address with HEADROOM_LOGIN_ADDRESS_FAILURES failures
 # in the window (any usernames) is refused until it has fewer. `manage.py axes_reset`
-# (axes_reset_ip, axes_reset_username) lifts the lockout, `axes_reset_failure_logs` the rates;
-# docs/operations.md says when.
+# (axes_reset_ip, axes_reset_username) lifts the lockout, `axes_reset_failure_logs --age 0`
+# the rates; docs/operations.md says when.
 AXES_FAILURE_LIMIT = envint("HEADROOM_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=envint("HEADROOM_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]

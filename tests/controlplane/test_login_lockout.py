@@ -12,6 +12,7 @@ many usernames from one address, refusing only the addresses that failed.
 
 from __future__ import annotations
 
+import io
 import ipaddress
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -184,6 +185,16 @@ def test_spraying_usernames_from_one_address_refuses_that_address(
     assert refused.status_code == 429
     assert "from this address" in refused.json()["error"]["message"]
     assert token_attempt("pw-viewer-user", username="viewer-user", **REAL_USER).status_code == 200
+
+
+@TRUSTING_THE_PROXY
+def test_an_administrator_can_lift_the_slower_rates(role_users: Any, settings: Any) -> None:
+    settings.HEADROOM_LOGIN_USERNAME_FAILURES = 3
+    for i in range(10, 13):
+        token_attempt("guess", **_address(i))
+    assert token_attempt("pw-admin-user", **_address(10)).status_code == 429
+    call_command("axes_reset_failure_logs", "--age", "0", stdout=io.StringIO())
+    assert token_attempt("pw-admin-user", **_address(10)).status_code == 200
 
 
 def test_the_rates_read_the_failure_log_of_every_login_path(role_users: Any) -> None:
