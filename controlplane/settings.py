@@ -124,9 +124,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# django-axes first: it refuses a locked-out client before any password is checked.
+# The login limits first (django-axes' lockout, then the slower rates): they refuse a
+# locked-out client before any password is checked.
 AUTHENTICATION_BACKENDS = [
-    "axes.backends.AxesStandaloneBackend",
+    "controlplane.core.clients.LoginLimitBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 
@@ -265,14 +266,26 @@ if not DEBUG:
 # address is the client.
 HEADROOM_TRUSTED_PROXIES = envnetworks("HEADROOM_TRUSTED_PROXIES", [])
 
-# Login lockout (django-axes) on every login path: the admin, the API's session login and the
-# token endpoint. After HEADROOM_LOGIN_FAILURE_LIMIT failures from one client address, or for
-# one username, further attempts get 429 for HEADROOM_LOGIN_COOLOFF_MINUTES (each failure
-# during the lockout starts the cool-off again). `manage.py axes_reset` (or
-# axes_reset_ip / axes_reset_username) lifts it; docs/operations.md says when.
+# Login limits on every login path: the admin, the API's session login and the token endpoint
+# (controlplane.core.clients says how they work together). The lockout (django-axes): after
+# HEADROOM_LOGIN_FAILURE_LIMIT failures for one username from one client address, that pair
+# gets 429 for HEADROOM_LOGIN_COOLOFF_MINUTES (each failure during the lockout starts the
+# cool-off again); the same user from another address is not locked out. Slower rates: once a
+# username has HEADROOM_LOGIN_USERNAME_FAILURES failures within HEADROOM_LOGIN_RATE_WINDOW_MINUTES
+# (from any addresses), each address that failed for it within the window is refused until
+# its last failure is a window old; an address with HEADROOM_LOGIN_ADDRESS_FAILURES failures
+# in the window (any usernames) is refused until it has fewer. `manage.py axes_reset`
+# (axes_reset_ip, axes_reset_username) lifts the lockout, `axes_reset_failure_logs --age 0`
+# the rates; docs/operations.md says when.
 AXES_FAILURE_LIMIT = envint("HEADROOM_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=envint("HEADROOM_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
-AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+HEADROOM_LOGIN_USERNAME_FAILURES = envint("HEADROOM_LOGIN_USERNAME_FAILURES", 20, minimum=1)
+HEADROOM_LOGIN_ADDRESS_FAILURES = envint("HEADROOM_LOGIN_ADDRESS_FAILURES", 50, minimum=1)
+HEADROOM_LOGIN_RATE_WINDOW = timedelta(
+    minutes=envint("HEADROOM_LOGIN_RATE_WINDOW_MINUTES", 60, minimum=1)
+)
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "controlplane.core.clients.client_address_for_axes"
 AXES_LOCKOUT_CALLABLE = "controlplane.core.clients.lockout_response"

@@ -13,6 +13,8 @@ Every error body is ``{"error": {"code": ..., "message": ..., ...}}``:
 - 503 ``unavailable``: the database or the broker could not be reached
   (``controlplane.core.outage``); ``Retry-After`` says when to try again. Nothing was
   changed, except that a job whose task could not be queued is recorded failed, saying so.
+- 403 ``permission_denied``: the caller may not do this; a tenant key's write that changes
+  an operator's field also has ``fields``, naming each such field.
 - 401, 403, 404, 405, 415, 429: DRF's own exceptions, in the same shape.
 """
 
@@ -159,5 +161,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         }
         if isinstance(exc, RecordInUse):
             body["referenced_by"] = exc.referenced_by
+        denied = getattr(exc, "fields", None)
+        if isinstance(exc, exceptions.PermissionDenied) and isinstance(denied, dict):
+            # A tenant key's write naming fields only operators change (core.api).
+            body["fields"] = denied
         response.data = {"error": body}
     return response

@@ -16,7 +16,7 @@ from django.db.models import Model
 from rest_framework import serializers
 
 from controlplane.api.services import record_save
-from controlplane.core.serializers import StrictModelSerializer
+from controlplane.core.serializers import StrictModelSerializer, StrictPrimaryKeyRelatedField
 from controlplane.fleet.models import (
     AcceleratorType,
     CapacityFigure,
@@ -292,7 +292,7 @@ class TenantQuotaSummarySerializer(serializers.ModelSerializer[TenantQuota]):
 
 
 class TenantSerializer(RevisionedSerializer):
-    residency_regions = serializers.PrimaryKeyRelatedField(
+    residency_regions = StrictPrimaryKeyRelatedField(
         many=True,
         required=False,
         queryset=Region.objects.all(),

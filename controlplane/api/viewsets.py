@@ -73,7 +73,16 @@ class RecordViewSet(QueryGuardMixin, TenantScopeMixin, viewsets.ModelViewSet[Any
     search_fields: tuple[str, ...] = ("name",)
     ordering_fields: tuple[str, ...] = ("id", "name")
 
+    def perform_create(self, serializer: Any) -> None:
+        self.tenant_check_write(serializer)
+        super().perform_create(serializer)
+
+    def perform_update(self, serializer: Any) -> None:
+        self.tenant_check_write(serializer)
+        super().perform_update(serializer)
+
     def perform_destroy(self, instance: Model) -> None:
+        self.tenant_check_owned(instance)
         record_delete(record=instance)
 
     @extend_schema(
@@ -265,10 +274,13 @@ class TierViewSet(RevisionedRecordViewSet):
 
 
 class TenantViewSet(RevisionedRecordViewSet):
-    # A key reads and updates its own tenant; creating or deleting tenants is an operator's.
+    # A key reads and updates its own tenant; creating or deleting tenants is an operator's,
+    # and so is every field but its display name: the name (keys and telemetry find the
+    # tenant by it), tier, home region, residency, spill and fair-share weight (403).
     tenant_access = TENANT_OWN
     tenant_lookup = "name"
     tenant_writes = frozenset({"update", "partial_update"})
+    tenant_fields = frozenset({"display_name"})
     # Constant query count for a page of any size: the quota joins in, regions prefetch.
     queryset = Tenant.objects.select_related("quota").prefetch_related("residency_regions")
     serializer_class = serializers.TenantSerializer
@@ -278,9 +290,12 @@ class TenantViewSet(RevisionedRecordViewSet):
 
 
 class TenantQuotaViewSet(RevisionedRecordViewSet):
+    # A key reads its quota; every figure of it is the operators' (a change is a 403 naming
+    # the field; a PUT sending it back unchanged changes nothing).
     tenant_access = TENANT_OWN
     tenant_lookup = "tenant__name"
     tenant_writes = frozenset({"update", "partial_update"})
+    tenant_fields = frozenset[str]()
     queryset = TenantQuota.objects.all()
     serializer_class = serializers.TenantQuotaSerializer
     filterset_class = filters.TenantQuotaFilter
@@ -289,9 +304,13 @@ class TenantQuotaViewSet(RevisionedRecordViewSet):
 
 
 class WorkloadProfileViewSet(RecordViewSet):
+    # A key declares its own workload: it makes, changes and deletes declared profiles;
+    # measured ones (source telemetry) are telemetry's (403 naming ``source``).
     tenant_access = TENANT_OWN
     tenant_lookup = "tenant__name"
     tenant_writes = frozenset({"create", "update", "partial_update", "destroy"})
+    tenant_fields = frozenset(serializers.WorkloadProfileSerializer.Meta.fields) - {"source"}
+    tenant_owned_when = {"source": WorkloadProfile.Source.DECLARED}
     queryset = WorkloadProfile.objects.all()
     serializer_class = serializers.WorkloadProfileSerializer
     filterset_class = filters.WorkloadProfileFilter

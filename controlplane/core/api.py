@@ -10,10 +10,11 @@ hold it: it would be a database error, a 500), orders its pages with a tie-break
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from django.contrib.auth.models import AnonymousUser
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from rest_framework import exceptions, generics, viewsets
 from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import LimitOffsetPagination
@@ -118,6 +119,44 @@ class QueryGuardMixin(APIView):
                 )
 
 
+class OperatorFieldsRefused(exceptions.PermissionDenied):
+    """A tenant key's write that changes fields only the fleet's operators set: 403 with
+    ``fields`` naming each one (the error contract adds them to the body)."""
+
+    def __init__(self, fields: Iterable[str], message: str | None = None) -> None:
+        names = sorted(fields)
+        super().__init__(
+            message
+            or f"A tenant key cannot change {', '.join(names)}: the fleet's operators set "
+            f"{'it' if len(names) == 1 else 'them'}."
+        )
+        self.fields = {
+            name: ["Set by the fleet's operators: a tenant key cannot change it."] for name in names
+        }
+
+
+def _comparable(value: Any) -> Any:
+    """A field's value as the check below compares it: records by id, lists as id sets."""
+    if isinstance(value, Model):
+        return value.pk
+    if isinstance(value, list | tuple | set | frozenset | QuerySet):
+        return frozenset(_comparable(item) for item in value)
+    return value
+
+
+def _stored(model: type[Model], instance: Model | None, name: str) -> Any:
+    """What ``instance`` holds in field ``name`` (a new row: the field's default)."""
+    field = model._meta.get_field(name)
+    if instance is None:
+        if getattr(field, "many_to_many", False):
+            return frozenset()
+        default = field.get_default() if hasattr(field, "get_default") else None
+        return _comparable(default)
+    if getattr(field, "many_to_many", False):
+        return frozenset(getattr(instance, name).values_list("pk", flat=True))
+    return getattr(instance, getattr(field, "attname", name))
+
+
 class TenantScopeMixin(generics.GenericAPIView[Any]):
     """Rows a tenant key may see, and the tenant a key's writes may name.
 
@@ -127,11 +166,20 @@ class TenantScopeMixin(generics.GenericAPIView[Any]):
     key's tenant, so another tenant's row is a 404 as if it did not exist. The serializer's
     tenant field (the first step of ``tenant_lookup``, when it is a relation) accepts the
     key's own tenant only: naming another is a 400 on that field. Users see everything.
+
+    What a key's write may change (``tenant_check_write``, called by the writing views): the
+    fields named in ``tenant_fields``, the ones its tenant owns. Every other field is the
+    operators' (tier, fair-share weight, quotas, residency, spill): sending it back unchanged
+    is fine, changing it is a 403 naming it. ``tenant_owned_when`` marks the rows that are
+    the tenant's own to write at all (a declared workload profile, not a measured one): a key
+    neither makes nor changes nor deletes another kind of row (403 naming the field).
     """
 
     tenant_access: ClassVar[str | None] = None
     tenant_lookup: ClassVar[str | None] = None
     tenant_writes: ClassVar[frozenset[str]] = frozenset()
+    tenant_fields: ClassVar[frozenset[str]] = frozenset()
+    tenant_owned_when: ClassVar[Mapping[str, Any]] = {}
 
     @property
     def tenant_principal(self) -> TenantPrincipal | None:
@@ -160,6 +208,41 @@ class TenantScopeMixin(generics.GenericAPIView[Any]):
         if self.tenant_lookup is None:
             return queryset.none()
         return queryset.filter(**{self.tenant_lookup: principal.tenant_name})
+
+    def tenant_check_owned(self, instance: Model) -> None:
+        """A key writes only rows its tenant owns (``tenant_owned_when``), else 403."""
+        if self.tenant_principal is None:
+            return
+        for name, owned in self.tenant_owned_when.items():
+            value = getattr(instance, name)
+            if value != owned:
+                kind = instance._meta.verbose_name
+                raise OperatorFieldsRefused(
+                    [name],
+                    f"This {kind} has {name} {value!r}: a tenant key writes only the "
+                    f"{kind}s its tenant owns ({name} {owned!r}).",
+                )
+
+    def tenant_check_write(self, serializer: BaseSerializer[Any]) -> None:
+        """Refuse (403) a key's change to a field its tenant does not own; see the class."""
+        if self.tenant_principal is None:
+            return
+        instance = serializer.instance
+        if instance is not None:
+            self.tenant_check_owned(instance)
+        model: type[Model] = self.get_queryset().model
+        refused = []
+        data: Mapping[str, Any] = serializer.validated_data
+        for name, value in data.items():
+            if name in self.tenant_fields:
+                continue
+            if name in self.tenant_owned_when:
+                if value != self.tenant_owned_when[name]:
+                    refused.append(name)
+            elif _comparable(value) != _stored(model, instance, name):
+                refused.append(name)
+        if refused:
+            raise OperatorFieldsRefused(refused)
 
     def get_serializer(self, *args: Any, **kwargs: Any) -> BaseSerializer[Any]:
         serializer = super().get_serializer(*args, **kwargs)

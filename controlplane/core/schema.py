@@ -68,7 +68,8 @@ class ErrorDetailSerializer(serializers.Serializer[Any]):
     fields = serializers.DictField(  # type: ignore[assignment]
         child=serializers.JSONField(),
         required=False,
-        help_text="400 invalid: each offending field (or non_field_errors) and its messages.",
+        help_text="400 invalid: each offending field (or non_field_errors) and its messages; "
+        "403 permission_denied on a tenant key's write: each field only operators change.",
     )
     referenced_by = serializers.DictField(
         child=serializers.ListField(child=serializers.IntegerField()),
@@ -88,7 +89,8 @@ _DESCRIPTIONS = {
     "400": "Validation failed (`invalid`, naming each field) or the request is malformed "
     "(`parse_error`, `bad_request`).",
     "401": "No credentials, or credentials the API does not know.",
-    "403": "The caller's roles do not allow this.",
+    "403": "The caller's roles do not allow this (a tenant key: the endpoint, or the fields "
+    "named in `fields`, are the operators').",
     "404": "No such record, an unknown `?format=`, or nothing to report yet.",
     "406": "No representation the `Accept` header allows.",
     "409": "A record still referenced by others cannot be deleted (`protected`), or the write "

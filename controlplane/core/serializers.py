@@ -1,9 +1,10 @@
-"""Strict parsing for every write: unknown fields, booleans posing as numbers, and fractional or
-boolean ids are refused with a 400 naming the field, instead of being dropped or coerced.
+"""Strict parsing for every write: unknown fields, booleans posing as numbers, and fractional,
+boolean or string ids are refused with a 400 naming the field, instead of being dropped or
+coerced.
 
 DRF on its own drops a field it does not know (a misspelt option is silently ignored),
-accepts ``true`` as the number 1.0, and looks ``"tier": 1.5`` up as tier 1. Write serializers
-inherit ``StrictFieldsMixin``; model serializers get the strict field types through
+accepts ``true`` as the number 1.0, and looks ``"tier": 1.5`` (or the string ``"1"``) up as
+tier 1. Write serializers inherit ``StrictFieldsMixin``; model serializers get the strict field types through
 ``StrictModelSerializer``'s field mapping.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import models
+from django.http import QueryDict
 from rest_framework import serializers
 
 
@@ -39,15 +41,38 @@ class StrictFloatField(serializers.FloatField):
         return super().to_internal_value(data)
 
 
+class StrictCharField(serializers.CharField):
+    """Text; a number or a boolean is not text (DRF alone would store ``3`` as ``"3"``)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class StrictPrimaryKeyRelatedField(serializers.PrimaryKeyRelatedField[Any]):
-    """An id is a whole number (or its digits in a form); not ``1.5``, not ``true``."""
+    """An id is a whole number: not ``1.5``, not ``true``, and not ``"1"`` (a string) in JSON.
+
+    A form (the browsable API's HTML forms, ``multipart`` or ``x-www-form-urlencoded``) can
+    only send text, so there the id's digits are read as the number they spell.
+    """
 
     def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, bool) or (isinstance(data, float) and not data.is_integer()):
+        if isinstance(data, str) and self._from_form():
+            text = data.strip()
+            if not (text.isascii() and text.isdigit()) or len(text) > 19:
+                self.fail("incorrect_type", data_type="str")
+            data = int(text)
+        if isinstance(data, bool) or not isinstance(data, int | float):
             self.fail("incorrect_type", data_type=type(data).__name__)
         if isinstance(data, float):
+            if not data.is_integer():
+                self.fail("incorrect_type", data_type="float")
             data = int(data)
         return super().to_internal_value(data)
+
+    def _from_form(self) -> bool:
+        return isinstance(getattr(self.root, "initial_data", None), QueryDict)
 
 
 class StrictModelSerializer(StrictFieldsMixin, serializers.ModelSerializer[Any]):

@@ -7,7 +7,9 @@ tenant. Every endpoint says how it serves such a caller with ``tenant_access``:
 - ``TENANT_OWN``: the endpoint's rows belong to tenants; a key sees only its own tenant's
   (``tenant_lookup`` is the path from a row to its tenant's *name*), another tenant's row is
   a 404, and a write naming another tenant is a 400 on that field. The actions named in
-  ``tenant_writes`` are the only writes a key may make there.
+  ``tenant_writes`` are the only writes a key may make there, the fields named in
+  ``tenant_fields`` the only ones it may change (the rest are its operators': a change is a
+  403 naming them), and ``tenant_owned_when`` the rows it may write at all.
 - ``TENANT_FLEET``: fleet-wide records a key needs to read its own figures (regions, shapes,
   tiers, ...): it reads them all and writes none (403).
 - ``None`` (the default): the endpoint is refused to a key (403). A new endpoint is therefore

@@ -2,7 +2,8 @@
 
 - ``AllocationSink`` is one configured destination: an HTTP webhook (signed), a folder of JSON
   files, or a folder of Kubernetes manifests (optionally applied with kubectl). Its secret is
-  write-only: the admin and the API show a hint, never the value, and its history leaves it out.
+  write-only: the admin and the API show a hint, never the value, and its history leaves it out
+  (an entry that rotates it says "secret rotated" as its change reason).
 - ``OutboxEntry`` is one region's allocation for one sink, written in the same transaction as
   the plan's activation, so a plan is emitted if and only if it was activated. Dispatchers
   claim due rows with a conditional UPDATE (see ``OutboxEntryQuerySet.claimable``) and record
@@ -17,6 +18,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from pathlib import Path, PurePosixPath
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
@@ -32,6 +34,9 @@ from controlplane.plans.models import Plan
 
 # Webhook secrets are HMAC keys: shorter than this is guessable offline from one signed body.
 MIN_SECRET_LENGTH = 16
+# The change reason of a history entry whose change is the secret (which history leaves out).
+SECRET_ROTATED = "secret rotated"
+SECRET_REMOVED = "secret removed"
 # How many trailing characters of a secret the admin and the API show, to tell secrets apart.
 SECRET_HINT_CHARS = 4
 # A sink's timeout bounds one delivery attempt, seconds.
@@ -170,12 +175,35 @@ class AllocationSink(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     # The secret stays out of the audit trail: history rows are readable by every role.
     history = HistoricalRecords(excluded_fields=["secret"])
+    # The secret as loaded from the database (``from_db``), to tell a rotation on save.
+    _stored_secret: str | None = None
 
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.get_kind_display()})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # The history leaves the secret out, so a rotation alone would be an entry listing no
+        # change: its change reason says what happened instead.
+        stored = getattr(self, "_stored_secret", None)
+        reason = None
+        if self.pk is not None and stored is not None and self.secret != stored:
+            reason = SECRET_ROTATED if self.secret else SECRET_REMOVED
+            if not getattr(self, "_change_reason", None):
+                self._change_reason = reason
+        super().save(*args, **kwargs)
+        self._stored_secret = self.secret
+        if reason is not None and getattr(self, "_change_reason", None) == reason:
+            del self._change_reason
+
+    @classmethod
+    def from_db(cls, db: str | None, field_names: Any, values: Any) -> AllocationSink:
+        sink = super().from_db(db, field_names, values)
+        # The secret as stored, to tell a rotation on save (absent when the field was deferred).
+        sink._stored_secret = sink.__dict__.get("secret")
+        return sink
 
     @property
     def secret_hint(self) -> str:

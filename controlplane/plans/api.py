@@ -3,8 +3,9 @@
 Reads need any role (``policy-admin``, ``finance``, ``viewer``); triggering, approving and
 rejecting need ``policy-admin``. A tenant key reads plans as its tenant sees them (only its
 routing rows, the allocations that serve them and its unserved load); re-plan runs, triggering
-and deciding are refused to it. Each action validates its (empty) body and calls one
-service; the error contract is ``controlplane.api.errors``.
+and deciding are refused to it. Each action validates its body and calls one service;
+approving and rejecting take a required ``reason``, as the plan's page does. The error
+contract is ``controlplane.api.errors``.
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ class ReplanRunFilter(StrictFilterSet):
         fields = ("status", "trigger")
 
 
-def _validate_body(serializer_class: type[BaseSerializer[Any]], request: Request) -> None:
+def _validate_body(serializer_class: type[BaseSerializer[Any]], request: Request) -> dict[str, Any]:
     serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
 
 
 class PlanViewSet(ReadOnlyViewSet):
@@ -160,8 +162,8 @@ class PlanViewSet(ReadOnlyViewSet):
     )
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
-        _validate_body(PlanDecisionSerializer, request)
-        plan = services.plan_approve(plan=self.get_object(), user=request.user)
+        reason = _validate_body(PlanDecisionSerializer, request)["reason"]
+        plan = services.plan_approve(plan=self.get_object(), user=request.user, reason=reason)
         return Response(PlanDetailSerializer(self._fresh(plan)).data)
 
     @extend_schema(
@@ -172,8 +174,8 @@ class PlanViewSet(ReadOnlyViewSet):
     )
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
-        _validate_body(PlanDecisionSerializer, request)
-        plan = services.plan_reject(plan=self.get_object(), user=request.user)
+        reason = _validate_body(PlanDecisionSerializer, request)["reason"]
+        plan = services.plan_reject(plan=self.get_object(), user=request.user, reason=reason)
         return Response(PlanDetailSerializer(self._fresh(plan)).data)
 
     @staticmethod

@@ -8,7 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.core.serializers import StrictFieldsMixin, read_only_by
+from controlplane.core.serializers import StrictCharField, StrictFieldsMixin, read_only_by
 from controlplane.plans.models import Plan, PlanAllocation, PlanRouting, ReplanRun
 
 
@@ -280,7 +280,23 @@ class ReplanRequestSerializer(StrictFieldsMixin, serializers.Serializer[Any]):
         return dict(super().to_internal_value(data))
 
 
-class PlanDecisionSerializer(ReplanRequestSerializer):
-    """The body of approve and reject: nothing; unknown fields are refused."""
+DECISION_REASON_REQUIRED = "Give a reason: it is recorded in the plan's history."
 
-    unknown_message = "Unknown field: approving or rejecting a plan takes no options."
+
+class PlanDecisionSerializer(ReplanRequestSerializer):
+    """The body of approve and reject: ``{"reason": "..."}``. The reason is required, as on the
+    plan's page, and recorded in the plan's history with the deciding user; unknown fields
+    are refused."""
+
+    unknown_message = "Unknown field: approving or rejecting a plan takes only a reason."
+
+    reason = StrictCharField(
+        max_length=2000,
+        help_text="Why the plan is approved or rejected; recorded in the plan's history with "
+        "your name.",
+        error_messages={"required": DECISION_REASON_REQUIRED, "blank": DECISION_REASON_REQUIRED},
+    )
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        # No body at all is a missing reason, not an empty decision.
+        return super().to_internal_value({} if data is None else data)

@@ -11,10 +11,15 @@ Formats (``FORMATS``), one request per record:
   ``cached_tokens``, ``tenant``, ``model``, ``region``.
 - ``jsonl``: one JSON object per line with the same keys.
 
-A timestamp is an ISO 8601 date-time (UTC when it names no zone) or Unix seconds. A column the
-log lacks (tenant, model, region) comes from the caller's default; a record without one and no
-default is an error, as is a token count that is not a whole number ≥ 0 (``prompt_tokens`` and
-``output_tokens`` ≥ 1). Errors name the line and the column.
+A timestamp is an ISO 8601 date-time (UTC when it names no zone) or Unix seconds, inside the
+import window (``import_window``: from ``HEADROOM_IMPORT_EARLIEST``, 2000-01-01 by default, to
+a day, ``HEADROOM_IMPORT_FUTURE_S``, after now). A column the log lacks (tenant, model, region)
+comes from the caller's default; a record without one and no default is an error, as is a token
+count that is not a whole number within ``TOKENS_PER_REQUEST`` (1 to 10,000,000, the bound
+profiles hold; ``cached_tokens`` from 0 to the prompt's). Each tenant, model and region must
+be one the fleet has a record of, unless the caller passes ``create_missing`` (the samples are
+then stored under the new names as telemetry only; derivations skip them, listing them as
+unknown labels, until the records exist). Errors name the line and the column.
 
 What is stored, per (tenant, model, region) and bucket of ``HEADROOM_TELEMETRY_BUCKET_S``
 (bucketed by arrival time): the request count (``vllm:request_success_total``), prompt and
@@ -34,13 +39,19 @@ import csv
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
+from django.utils import timezone
 
+from controlplane.core.conf import setting_int, setting_text
+from controlplane.core.validators import TOKENS_PER_REQUEST
+from controlplane.fleet.models import LlmModel, Region
+from controlplane.policies.models import Tenant
 from controlplane.telemetry.conf import telemetry_settings
 from controlplane.telemetry.derive import workload_profiles_derive
 from controlplane.telemetry.metrics import (
@@ -84,6 +95,9 @@ class Request:
     tenant: str
     model: str
     region: str
+    # Where the record is: its line, and the labels that came from the caller's defaults.
+    line: int = 0
+    defaulted: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -95,16 +109,70 @@ class Defaults:
     region: str = ""
 
 
-def _timestamp(raw: Any, where: str) -> datetime:
+@dataclass(frozen=True)
+class Window:
+    """The arrival times an import accepts: from ``earliest`` to ``latest``, inclusive."""
+
+    earliest: datetime
+    latest: datetime
+
+    def check(self, moment: datetime, where: str) -> datetime:
+        if not self.earliest <= moment <= self.latest:
+            raise RequestLogError(
+                f"{where}: {moment.isoformat().replace('+00:00', 'Z')} is outside the import "
+                "window "
+                f"{self.earliest:%Y-%m-%d %H:%M} to {self.latest:%Y-%m-%d %H:%M} UTC "
+                f"(HEADROOM_IMPORT_EARLIEST, HEADROOM_IMPORT_FUTURE_S)"
+            )
+        return moment
+
+
+def import_window() -> Window:
+    """``HEADROOM_IMPORT_EARLIEST`` (an ISO date or time, UTC; default 2000-01-01) to now plus
+    ``HEADROOM_IMPORT_FUTURE_S`` (default a day: clocks that run a little ahead)."""
+    raw = setting_text("HEADROOM_IMPORT_EARLIEST", "2000-01-01")
+    try:
+        earliest = datetime.fromisoformat(raw)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"HEADROOM_IMPORT_EARLIEST={raw!r}: use an ISO 8601 date or time"
+        ) from None
+    earliest = earliest.replace(tzinfo=UTC) if earliest.tzinfo is None else earliest
+    ahead = setting_int("HEADROOM_IMPORT_FUTURE_S", 86_400, minimum=0, maximum=10 * 365 * 86_400)
+    return Window(
+        earliest=earliest.astimezone(UTC), latest=timezone.now() + timedelta(seconds=ahead)
+    )
+
+
+def _unix(value: float, raw: Any, where: str) -> datetime:
+    if not math.isfinite(value):
+        raise RequestLogError(f"{where}: {raw!r} is not a time")
+    try:
+        return datetime.fromtimestamp(value, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        # Beyond the years a date-time holds (1 to 9999) or the platform's clock.
+        raise RequestLogError(f"{where}: {raw!r} Unix seconds is out of range") from None
+
+
+def _timestamp(raw: Any, where: str, window: Window | None = None) -> datetime:
+    moment = _moment(raw, where)
+    return moment if window is None else window.check(moment, where)
+
+
+def _moment(raw: Any, where: str) -> datetime:
     if isinstance(raw, int | float) and not isinstance(raw, bool):
-        if not math.isfinite(raw):
-            raise RequestLogError(f"{where}: {raw!r} is not a time")
-        return datetime.fromtimestamp(float(raw), tz=UTC)
+        try:
+            value = float(raw)
+        except OverflowError:  # an integer past the float range
+            raise RequestLogError(f"{where}: {raw!r} Unix seconds is out of range") from None
+        return _unix(value, raw, where)
     text = str(raw).strip()
     try:
-        return datetime.fromtimestamp(float(text), tz=UTC)
+        number = float(text)
     except ValueError:
-        pass
+        number = None
+    if number is not None:
+        return _unix(number, raw, where)
     # Python reads at most six fractional digits; the Azure trace writes seven.
     head, dot, tail = text.partition(".")
     if dot:
@@ -112,27 +180,49 @@ def _timestamp(raw: Any, where: str) -> datetime:
         text = head + "." + tail[: min(digits, 6)] + tail[digits:]
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
     except ValueError:
         raise RequestLogError(f"{where}: {raw!r} is not an ISO 8601 time or Unix seconds") from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except OverflowError:  # year 1 or 9999 moved past the calendar's end by its offset
+        raise RequestLogError(f"{where}: {raw!r} is out of range") from None
 
 
-def _tokens(raw: Any, where: str, *, minimum: int) -> int:
+def _tokens(raw: Any, where: str, *, minimum: int, maximum: int | None = None) -> int:
+    """A whole number of tokens from ``minimum`` to ``maximum`` (default: the project's bound on
+    tokens per request, ``TOKENS_PER_REQUEST``)."""
+    top = int(TOKENS_PER_REQUEST.high) if maximum is None else maximum
+    wrong = f"{where}: {raw!r} is not a whole number of tokens"
     if isinstance(raw, bool):
-        raise RequestLogError(f"{where}: {raw!r} is not a whole number of tokens")
-    try:
-        value = float(str(raw).strip()) if not isinstance(raw, int | float) else float(raw)
-    except ValueError:
-        raise RequestLogError(f"{where}: {raw!r} is not a whole number of tokens") from None
-    if not math.isfinite(value) or value != int(value):
-        raise RequestLogError(f"{where}: {raw!r} is not a whole number of tokens")
-    if value < minimum:
-        raise RequestLogError(f"{where}: {int(value)} tokens; at least {minimum} expected")
-    return int(value)
+        raise RequestLogError(wrong)
+    if isinstance(raw, int):
+        value = raw
+    else:
+        try:
+            number = float(str(raw).strip()) if not isinstance(raw, float) else raw
+        except ValueError:
+            raise RequestLogError(wrong) from None
+        if not math.isfinite(number) or number != int(number):
+            raise RequestLogError(wrong)
+        value = int(number)
+    if not minimum <= value <= top:
+        if abs(value) < 10**15:
+            shown = f"{value:,}"
+        elif isinstance(raw, float | str):
+            shown = str(raw).strip()
+        else:
+            shown = f"a {len(str(abs(value)))}-digit number of"
+        raise RequestLogError(
+            f"{where}: {shown} tokens is out of range: from {minimum:,} to {top:,} expected"
+        )
+    return value
 
 
 def _record(
-    values: Mapping[str, Any], columns: Mapping[str, str], defaults: Defaults, line: int
+    values: Mapping[str, Any],
+    columns: Mapping[str, str],
+    defaults: Defaults,
+    line: int,
+    window: Window | None = None,
 ) -> Request:
     def where(role: str) -> str:
         return f"line {line}, column {columns.get(role, role)}"
@@ -148,8 +238,11 @@ def _record(
         if field_(role) is None:
             raise RequestLogError(f"{where(role)}: missing")
     labels: dict[str, str] = {}
+    defaulted = set()
     for role in ("tenant", "model", "region"):
         value = field_(role)
+        if value is None:
+            defaulted.add(role)
         text = str(value).strip() if value is not None else getattr(defaults, role)
         if not text:
             raise RequestLogError(
@@ -164,16 +257,22 @@ def _record(
         if cached > prompt:
             raise RequestLogError(f"{where('cached')}: {cached} cached of {prompt} prompt tokens")
     return Request(
-        at=_timestamp(field_("timestamp"), where("timestamp")),
+        at=_timestamp(field_("timestamp"), where("timestamp"), window),
         prompt_tokens=prompt,
         output_tokens=_tokens(field_("output"), where("output"), minimum=1),
         cached_tokens=cached,
+        line=line,
+        defaulted=frozenset(defaulted),
         **labels,
     )
 
 
-def parse(stream: TextIO, *, fmt: str, defaults: Defaults) -> Iterator[Request]:
-    """The records of a log, checked; raises ``RequestLogError`` at the first bad one."""
+def parse(
+    stream: TextIO, *, fmt: str, defaults: Defaults, window: Window | None = None
+) -> Iterator[Request]:
+    """The records of a log, checked; raises ``RequestLogError`` at the first bad one.
+    Arrival times must lie in ``window`` (default: ``import_window()``)."""
+    window = import_window() if window is None else window
     if fmt not in FORMATS:
         raise RequestLogError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
     if fmt == "jsonl":
@@ -189,7 +288,7 @@ def parse(stream: TextIO, *, fmt: str, defaults: Defaults) -> Iterator[Request]:
                 raise RequestLogError(f"line {line}: not JSON ({reason})") from None
             if not isinstance(values, dict):
                 raise RequestLogError(f"line {line}: a JSON object expected")
-            yield _record(values, _PLAIN_COLUMNS, defaults, line)
+            yield _record(values, _PLAIN_COLUMNS, defaults, line, window)
         return
     reader = csv.DictReader(stream)
     columns = _AZURE_COLUMNS if fmt == "azure" else _PLAIN_COLUMNS
@@ -199,9 +298,43 @@ def parse(stream: TextIO, *, fmt: str, defaults: Defaults) -> Iterator[Request]:
             raise RequestLogError(f"line 1, column {columns[role]}: missing from the header")
     try:
         for row in reader:
-            yield _record(row, columns, defaults, reader.line_num)
+            yield _record(row, columns, defaults, reader.line_num, window)
     except csv.Error as exc:
         raise RequestLogError(f"line {reader.line_num}: {exc}") from None
+
+
+_NAMED: dict[str, Any] = {"tenant": Tenant, "model": LlmModel, "region": Region}
+# How many of the fleet's names an "unknown name" error lists.
+_KNOWN_SHOWN = 5
+
+
+def _check_names(records: Sequence[Request], *, create_missing: bool) -> None:
+    """Refuse a tenant, model or region the fleet has no record of, naming the first record
+    that names it; with ``create_missing`` the samples are stored under such names anyway
+    (telemetry only: derivations skip them, listing them as unknown labels, until the
+    records exist)."""
+    if create_missing:
+        return
+    for role, model in _NAMED.items():
+        names = {getattr(r, role) for r in records}
+        known = set(model.objects.filter(name__in=names).values_list("name", flat=True))
+        unknown = names - known
+        if not unknown:
+            continue
+        first = min((r for r in records if getattr(r, role) in unknown), key=lambda r: r.line)
+        name = getattr(first, role)
+        where = (
+            f"line {first.line}, --{role}"
+            if role in first.defaulted
+            else f"line {first.line}, column {role}"
+        )
+        fleet = sorted(model.objects.values_list("name", flat=True)[: _KNOWN_SHOWN + 1])
+        listed = ", ".join(fleet[:_KNOWN_SHOWN]) + (", ..." if len(fleet) > _KNOWN_SHOWN else "")
+        others = f" ({len(unknown) - 1} more unknown)" if len(unknown) > 1 else ""
+        raise RequestLogError(
+            f"{where}: no {role} {name!r} in the fleet{others} (known: {listed or 'none'}); "
+            "create it first, or pass --create-missing to store its samples anyway"
+        )
 
 
 def length_bounds(largest: int, resolution: float) -> list[int]:
@@ -296,6 +429,7 @@ def requests_import(
     defaults: Defaults,
     resolution: float = DEFAULT_RESOLUTION,
     derive: bool = True,
+    create_missing: bool = False,
 ) -> ImportReport:
     """Import a request log: check every record, store its samples in one transaction and,
     with ``derive``, derive profiles over the log's buckets. Raises ``RequestLogError`` (and
@@ -306,6 +440,7 @@ def requests_import(
     records = list(parse(stream, fmt=fmt, defaults=defaults))
     if not records:
         raise RequestLogError("the log holds no requests")
+    _check_names(records, create_missing=create_missing)
     samples = samples_from(records, bucket_s=conf.bucket_s, resolution=resolution)
     stamps = [at for points in samples.values() for at in points]
     start = min(stamps)

@@ -169,6 +169,35 @@ class TestSinkSecret(APITest):
                 assert SECRET not in text and OTHER_SECRET not in text, (role, url)
         history = admin.get(reverse("allocation-sink-history", args=[pk])).json()["results"]
         assert all(c["field"] != "secret" for entry in history for c in entry["changes"])
+        # The rotation's entry lists no field (the secret is left out) but says what happened.
+        rotated, made = history
+        assert (rotated["kind"], rotated["changes"], rotated["change_reason"]) == (
+            "changed",
+            [],
+            "secret rotated",
+        )
+        assert made["change_reason"] is None
+
+    def test_the_history_says_when_the_secret_was_rotated(self, api_client_for: Any) -> None:
+        admin = api_client_for(POLICY_ADMIN)
+        sink = AllocationSink.objects.create(
+            kind=AllocationSink.Kind.WEBHOOK, name="w", url="https://x.example/", secret=SECRET
+        )
+        url = reverse("allocation-sink-detail", args=[sink.pk])
+        # A rotation along with another change: both said; then a change leaving the secret.
+        assert (
+            admin.patch(url, {"secret": OTHER_SECRET, "timeout_s": 7}, format="json").status_code
+            == 200
+        )
+        assert admin.patch(url, {"timeout_s": 8}, format="json").status_code == 200
+        history = admin.get(reverse("allocation-sink-history", args=[sink.pk])).json()["results"]
+        reasons = [(e["change_reason"], [c["field"] for c in e["changes"]]) for e in history]
+        assert reasons[:2] == [(None, ["timeout_s"]), ("secret rotated", ["timeout_s"])]
+        assert history[2]["kind"] == "created" and history[2]["change_reason"] is None
+        # Sending the same secret again is no rotation.
+        assert admin.patch(url, {"secret": OTHER_SECRET}, format="json").status_code == 200
+        latest = admin.get(reverse("allocation-sink-history", args=[sink.pk])).json()["results"][0]
+        assert latest["change_reason"] is None
 
     def test_a_weak_secret_on_update_is_refused(self, api_client_for: Any) -> None:
         admin = api_client_for(POLICY_ADMIN)

@@ -1,23 +1,29 @@
-"""Password guessing is stopped on every login path, keyed on the real client address.
+"""Password guessing is stopped on every login path, keyed on the real client address, and
+cannot be used to lock a user out.
 
 The admin login, the API's session login and the token endpoint share one lockout
-(django-axes): after ``AXES_FAILURE_LIMIT`` failures from one client address, or for one
-username, every attempt is refused with 429 and ``Retry-After``, the right password included.
+(django-axes, by username and address together): after ``AXES_FAILURE_LIMIT`` failures for one
+username from one client address, that pair is refused with 429 and ``Retry-After``, the right
+password included; the same user from another address still logs in. Slower rates
+(``controlplane.core.clients``) stop guessing one username from many addresses and spraying
+many usernames from one address, refusing only the addresses that failed.
 ``X-Forwarded-For`` names the client only when the peer is a trusted proxy.
 """
 
 from __future__ import annotations
 
+import io
 import ipaddress
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from axes.models import AccessAttempt
+from axes.models import AccessAttempt, AccessFailureLog
 from django.core.cache import cache
 from django.core.management import call_command
 from django.test import Client, RequestFactory, override_settings
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from controlplane.core.clients import client_address
@@ -87,9 +93,7 @@ def test_forged_forwarded_for_does_not_buy_more_guesses(role_users: Any) -> None
     # No trusted proxy: the header is the client's own word, so every guess counts against
     # the peer address.
     statuses = [
-        token_attempt(
-            "guess", username=f"user-{i}", HTTP_X_FORWARDED_FOR=f"198.51.100.{i}"
-        ).status_code
+        token_attempt("guess", HTTP_X_FORWARDED_FOR=f"198.51.100.{i}").status_code
         for i in range(30)
     ]
     assert statuses[: LIMIT - 1] == [400] * (LIMIT - 1)
@@ -97,25 +101,107 @@ def test_forged_forwarded_for_does_not_buy_more_guesses(role_users: Any) -> None
     assert token_attempt("pw-admin-user", HTTP_X_FORWARDED_FOR="198.51.100.99").status_code == 429
 
 
+ATTACKER = {"REMOTE_ADDR": PROXY, "HTTP_X_FORWARDED_FOR": "203.0.113.1"}
+REAL_USER = {"REMOTE_ADDR": PROXY, "HTTP_X_FORWARDED_FOR": "203.0.113.2"}
+
+
+@TRUSTING_THE_PROXY
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_an_attacker_locks_out_only_itself(path: str, role_users: Any) -> None:
+    """The review's attack: five wrong passwords for a user from one address. The attacker's
+    address is locked out for that user on every path; the user, elsewhere, logs in."""
+    for _ in range(LIMIT):
+        PATHS[path]("guess", **ATTACKER)
+    for attempt in PATHS.values():
+        assert attempt("pw-admin-user", **ATTACKER).status_code == 429
+    assert token_attempt("pw-admin-user", **REAL_USER).status_code == 200
+    # The session logins redirect to the next page on success.
+    assert form_attempt(ADMIN_LOGIN, "pw-admin-user", **REAL_USER).status_code == 302
+    assert form_attempt(API_LOGIN, "pw-admin-user", **REAL_USER).status_code == 302
+
+
 @TRUSTING_THE_PROXY
 def test_behind_a_trusted_proxy_each_client_has_its_own_count(role_users: Any) -> None:
-    guesser = {"REMOTE_ADDR": PROXY, "HTTP_X_FORWARDED_FOR": "203.0.113.1"}
-    for i in range(LIMIT):
-        token_attempt("guess", username=f"nobody-{i}", **guesser)
-    assert token_attempt("pw-viewer-user", username="viewer-user", **guesser).status_code == 429
-    someone_else = {"REMOTE_ADDR": PROXY, "HTTP_X_FORWARDED_FOR": "203.0.113.2"}
-    assert token_attempt("pw-admin-user", **someone_else).status_code == 200
+    for _ in range(LIMIT):
+        token_attempt("guess", **ATTACKER)
+    assert token_attempt("pw-admin-user", **ATTACKER).status_code == 429
+    assert token_attempt("pw-admin-user", **REAL_USER).status_code == 200
+    # The lockout is the pair's: another user at the attacker's address is not locked out.
+    assert token_attempt("pw-viewer-user", username="viewer-user", **ATTACKER).status_code == 200
+
+
+def _address(i: int) -> dict[str, str]:
+    return {"REMOTE_ADDR": PROXY, "HTTP_X_FORWARDED_FOR": f"203.0.113.{i}"}
 
 
 @TRUSTING_THE_PROXY
-def test_guessing_one_username_from_many_addresses_locks_that_username(role_users: Any) -> None:
-    for i in range(LIMIT):
-        token_attempt("guess", REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR=f"203.0.113.{10 + i}")
-    fresh_address = {"REMOTE_ADDR": PROXY, "HTTP_X_FORWARDED_FOR": "203.0.113.200"}
-    assert token_attempt("pw-admin-user", **fresh_address).status_code == 429
+def test_guessing_one_username_from_many_addresses_slows_to_one_guess_an_hour_per_address(
+    role_users: Any, settings: Any
+) -> None:
+    settings.HEADROOM_LOGIN_USERNAME_FAILURES = 20
+    # Twenty addresses, one guess each: under the lockout's five per address, at the
+    # per-username limit.
+    for i in range(10, 30):
+        assert token_attempt("guess", **_address(i)).status_code == 400
+    # Each address that guessed is refused now, even with the right password, for an hour
+    # from its guess...
+    refused = token_attempt("pw-admin-user", **_address(10))
+    assert refused.status_code == 429
+    assert 3500 < int(refused["Retry-After"]) <= 3600
+    assert "for this user" in refused.json()["error"]["message"]
+    # ... while the user, from an address that never failed, logs in,
+    assert token_attempt("pw-admin-user", **_address(200)).status_code == 200
+    assert form_attempt(ADMIN_LOGIN, "pw-admin-user", **_address(201)).status_code == 302
+    # a new guessing address gets one guess, then waits,
+    assert token_attempt("guess", **_address(202)).status_code == 400
+    assert token_attempt("guess", **_address(202)).status_code == 429
+    # and other users are not slowed at all.
     assert (
-        token_attempt("pw-viewer-user", username="viewer-user", **fresh_address).status_code == 200
+        token_attempt("pw-viewer-user", username="viewer-user", **_address(10)).status_code == 200
     )
+    # An hour after its last failure an address may try again.
+    AccessFailureLog.objects.filter(ip_address="203.0.113.10").update(
+        attempt_time=timezone.now() - timedelta(minutes=61)
+    )
+    assert token_attempt("pw-admin-user", **_address(10)).status_code == 200
+
+
+@TRUSTING_THE_PROXY
+def test_below_the_per_username_rate_nothing_is_slowed(role_users: Any, settings: Any) -> None:
+    settings.HEADROOM_LOGIN_USERNAME_FAILURES = 20
+    for i in range(10, 29):  # nineteen failures: one short of the limit
+        token_attempt("guess", **_address(i))
+    assert token_attempt("pw-admin-user", **_address(10)).status_code == 200
+
+
+@TRUSTING_THE_PROXY
+def test_spraying_usernames_from_one_address_refuses_that_address(
+    role_users: Any, settings: Any
+) -> None:
+    settings.HEADROOM_LOGIN_ADDRESS_FAILURES = 12
+    for i in range(12):  # one guess each for twelve usernames
+        assert token_attempt("guess", username=f"user-{i}", **ATTACKER).status_code == 400
+    refused = token_attempt("pw-viewer-user", username="viewer-user", **ATTACKER)
+    assert refused.status_code == 429
+    assert "from this address" in refused.json()["error"]["message"]
+    assert token_attempt("pw-viewer-user", username="viewer-user", **REAL_USER).status_code == 200
+
+
+@TRUSTING_THE_PROXY
+def test_an_administrator_can_lift_the_slower_rates(role_users: Any, settings: Any) -> None:
+    settings.HEADROOM_LOGIN_USERNAME_FAILURES = 3
+    for i in range(10, 13):
+        token_attempt("guess", **_address(i))
+    assert token_attempt("pw-admin-user", **_address(10)).status_code == 429
+    call_command("axes_reset_failure_logs", "--age", "0", stdout=io.StringIO())
+    assert token_attempt("pw-admin-user", **_address(10)).status_code == 200
+
+
+def test_the_rates_read_the_failure_log_of_every_login_path(role_users: Any) -> None:
+    form_attempt(ADMIN_LOGIN, "guess")
+    form_attempt(API_LOGIN, "guess")
+    token_attempt("guess")
+    assert AccessFailureLog.objects.filter(username="admin-user").count() == 3
 
 
 def test_a_success_before_the_limit_starts_the_count_again(role_users: Any) -> None:

@@ -81,13 +81,13 @@ def test_role_matrix(
     assert replanned.status_code == _write_status(role, 202)
     assert ReplanRun.objects.count() == runs_before + (1 if role == POLICY_ADMIN else 0)
 
-    rejected = client.post(f"/api/plans/{second.pk}/reject/", {}, format="json")
+    rejected = client.post(f"/api/plans/{second.pk}/reject/", {"reason": "checked"}, format="json")
     assert rejected.status_code == _write_status(role, 200)
     second.refresh_from_db()
     expected = Plan.State.REJECTED if role == POLICY_ADMIN else Plan.State.AWAITING_APPROVAL
     assert second.state == expected
 
-    approved = client.post(f"/api/plans/{second.pk}/approve/", {}, format="json")
+    approved = client.post(f"/api/plans/{second.pk}/approve/", {"reason": "checked"}, format="json")
     # A policy admin may approve, but not a plan already rejected: 400 naming the state.
     assert approved.status_code == _write_status(role, 400)
     first.refresh_from_db()
@@ -183,7 +183,9 @@ def test_approve_activates_and_supersedes(plans: tuple[Plan, Plan], api_client_f
     first, second = plans
     client = api_client_for(POLICY_ADMIN)
 
-    response = client.post(f"/api/plans/{second.pk}/approve/")
+    response = client.post(
+        f"/api/plans/{second.pk}/approve/", {"reason": "  cheaper, same promises  "}, format="json"
+    )
 
     assert response.status_code == 200
     body = response.json()
@@ -192,7 +194,11 @@ def test_approve_activates_and_supersedes(plans: tuple[Plan, Plan], api_client_f
     first.refresh_from_db()
     assert first.state == Plan.State.SUPERSEDED
 
-    again = client.post(f"/api/plans/{second.pk}/approve/")
+    decision = second.decisions.get()
+    assert (decision.action, decision.reason) == ("approved", "cheaper, same promises")
+    assert decision.actor is not None and decision.actor.username == "admin-user"
+
+    again = client.post(f"/api/plans/{second.pk}/approve/", {"reason": "again"}, format="json")
     assert again.status_code == 400
     error = again.json()["error"]
     assert error["code"] == "invalid" and "state" in error["fields"]
@@ -220,7 +226,7 @@ def test_the_active_plan_is_rendered_once_while_it_is_unchanged(
     sql = " ".join(q["sql"] for q in queries)
     assert '"solution"' not in sql and "plans_planrouting" not in sql
     # Approving the second plan changes which plan is active and who approved it.
-    client.post(f"/api/plans/{second.pk}/approve/")
+    client.post(f"/api/plans/{second.pk}/approve/", {"reason": "newer"}, format="json")
     approved = client.get("/api/plans/active/").json()
     assert (approved["version"], approved["approved_by"]) == (second.version, "admin-user")
     # A name the detail shows changes it too.
@@ -285,6 +291,33 @@ BAD_READS = (
 )
 
 
+@pytest.mark.parametrize("action", ["approve", "reject"])
+@pytest.mark.parametrize("body", [None, {}, {"reason": ""}, {"reason": "   "}, {"reason": 3}])
+def test_a_decision_without_a_reason_is_a_400_naming_it(
+    action: str, body: Any, plans: tuple[Plan, Plan], api_client_for: Any
+) -> None:
+    _, second = plans
+    client = api_client_for(POLICY_ADMIN)
+    url = f"/api/plans/{second.pk}/{action}/"
+    response = client.post(url, body, format="json") if body is not None else client.post(url)
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    wanted = "Not a valid string." if body == {"reason": 3} else "Give a reason"
+    assert error["fields"]["reason"][0].startswith(wanted)
+    second.refresh_from_db()
+    assert second.state == Plan.State.AWAITING_APPROVAL and not second.decisions.exists()
+
+
+def test_the_schema_requires_the_decisions_reason(api_client_for: Any) -> None:
+    schema = api_client_for(VIEWER).get("/api/schema/?format=json").json()
+    for action in ("approve", "reject"):
+        body = schema["paths"][f"/api/plans/{{id}}/{action}/"]["post"]["requestBody"]
+        ref = body["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+        component = schema["components"]["schemas"][ref]
+        assert component["required"] == ["reason"]
+        assert component["properties"]["reason"]["maxLength"] == 2000
+
+
 def test_bad_ids_and_query_strings_are_4xx(plans: tuple[Plan, Plan], api_client_for: Any) -> None:
     client = api_client_for(VIEWER)
     for url, status in BAD_READS:
@@ -293,6 +326,7 @@ def test_bad_ids_and_query_strings_are_4xx(plans: tuple[Plan, Plan], api_client_
 
 def test_deciding_a_missing_plan_is_a_404(plans: tuple[Plan, Plan], api_client_for: Any) -> None:
     client = api_client_for(POLICY_ADMIN)
-    assert client.post("/api/plans/999999/approve/").status_code == 404
-    assert client.post("/api/plans/abc/reject/").status_code == 404
+    reason = {"reason": "x"}
+    assert client.post("/api/plans/999999/approve/", reason, format="json").status_code == 404
+    assert client.post("/api/plans/abc/reject/", reason, format="json").status_code == 404
     assert client.get("/api/plans/replan/").status_code == 405

@@ -13,7 +13,7 @@ import itertools
 import json
 import math
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,19 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from controlplane.policies.models import WorkloadProfile
-from controlplane.telemetry.models import ObservedWorkload, TelemetrySample, TelemetrySeries
-from controlplane.telemetry.requestlog import Defaults, length_bounds, parse
+from controlplane.telemetry.models import (
+    ObservedWorkload,
+    ProfileDerivation,
+    TelemetrySample,
+    TelemetrySeries,
+)
+from controlplane.telemetry.requestlog import (
+    Defaults,
+    RequestLogError,
+    Window,
+    length_bounds,
+    parse,
+)
 from controlplane.telemetry.selectors import request_rate_history
 from tests.controlplane.telemetry_fakes import make_fleet
 
@@ -208,3 +219,151 @@ def test_the_azure_timestamp_with_seven_fractional_digits_is_read_as_utc() -> No
     (request,) = parse(io.StringIO(text), fmt="azure", defaults=Defaults("t", "m", "r"))
     assert request.at == datetime(2023, 11, 16, 18, 15, 46, 680590, tzinfo=UTC)
     assert (request.prompt_tokens, request.output_tokens, request.cached_tokens) == (374, 44, None)
+
+
+def _jsonl(**record: Any) -> str:
+    base = {
+        "timestamp": 1_700_000_000,
+        "prompt_tokens": 100,
+        "output_tokens": 10,
+        "tenant": "northwind",
+        "model": "chat-70b",
+        "region": "eu-west",
+    }
+    good = json.dumps(base)
+    return good + "\n" + json.dumps({**base, **record}) + "\n"
+
+
+def _csv_row(timestamp: str, prompt: str = "100", output: str = "10") -> str:
+    return f"timestamp,prompt_tokens,output_tokens\n2023-11-16T18:00:00Z,5,5\n{timestamp},{prompt},{output}\n"
+
+
+# The review's out-of-range values, and their neighbours: each exits 2 naming line 2.
+OUT_OF_RANGE = [
+    (
+        "jsonl",
+        _jsonl(prompt_tokens=1e30),
+        "line 2, column prompt_tokens: 1e+30 tokens is out of range: from 1 to 10,000,000",
+    ),
+    ("jsonl", _jsonl(prompt_tokens=10**4000), "prompt_tokens: a 4001-digit number of tokens"),
+    ("jsonl", _jsonl(prompt_tokens=10_000_001), "line 2, column prompt_tokens: 10,000,001 tokens"),
+    ("jsonl", _jsonl(output_tokens=1e30), "line 2, column output_tokens: 1e+30 tokens"),
+    ("jsonl", _jsonl(output_tokens=-3), "line 2, column output_tokens: -3 tokens is out of range"),
+    ("jsonl", _jsonl(timestamp=1e300), "line 2, column timestamp: 1e+300 Unix seconds is out of"),
+    ("jsonl", _jsonl(timestamp=-1e300), "line 2, column timestamp: -1e+300 Unix seconds"),
+    ("jsonl", _jsonl(timestamp=10**400), "line 2, column timestamp:"),
+    ("jsonl", _jsonl(timestamp=253_402_300_800), "line 2, column timestamp: 253402300800 Unix"),
+    ("jsonl", _jsonl(timestamp="10000-01-01T00:00:00"), "line 2, column timestamp: '10000-01-01"),
+    ("jsonl", _jsonl(timestamp="0001-01-01T00:00:00Z"), "0001-01-01T00:00:00Z is outside the"),
+    ("jsonl", _jsonl(timestamp="0001-01-01T00:00:00+01:00"), "line 2, column timestamp:"),
+    ("jsonl", _jsonl(timestamp="9999-12-31T23:59:59-01:00"), "line 2, column timestamp:"),
+    ("jsonl", _jsonl(timestamp=0), "line 2, column timestamp: 1970-01-01T00:00:00Z is outside"),
+    ("jsonl", _jsonl(timestamp="2100-01-01T00:00:00"), "2100-01-01T00:00:00Z is outside the"),
+    ("csv", _csv_row("1e300"), "line 3, column timestamp: '1e300' Unix seconds is out of range"),
+    ("csv", _csv_row("1999-12-31T23:59:59Z"), "line 3, column timestamp: 1999-12-31T23:59:59Z"),
+    ("csv", _csv_row("2023-11-16T18:00:01Z", prompt="1e30"), "line 3, column prompt_tokens"),
+]
+
+
+@pytest.mark.parametrize(("fmt", "text", "message"), OUT_OF_RANGE)
+def test_out_of_range_values_exit_2_naming_line_and_column(
+    tmp_path: Path, fmt: str, text: str, message: str
+) -> None:
+    path = _write(tmp_path, "bad", text)
+    args = ["--format", fmt]
+    if fmt == "csv":
+        args += ["--tenant", "northwind", "--model", "chat-70b", "--region", "eu-west"]
+    with pytest.raises(CommandError) as raised:
+        _import(path, *args)
+    assert raised.value.returncode == 2
+    assert message in str(raised.value), str(raised.value)
+    assert not TelemetrySeries.objects.exists() and not TelemetrySample.objects.exists()
+
+
+def test_the_bounds_are_inclusive(tmp_path: Path) -> None:
+    path = _write(tmp_path, "edge.jsonl", _jsonl(prompt_tokens=10_000_000, output_tokens=1))
+    assert "2 requests" in _import(path, "--format", "jsonl", "--no-derive")
+
+
+def test_the_import_window_is_configurable(tmp_path: Path, settings: Any) -> None:
+    settings.HEADROOM_IMPORT_EARLIEST = "2024-01-01"
+    path = _write(tmp_path, "log.jsonl", _jsonl())
+    with pytest.raises(CommandError) as raised:
+        _import(path, "--format", "jsonl")
+    assert raised.value.returncode == 2
+    assert "line 1, column timestamp: 2023-11-14T22:13:20Z is outside the import window " in str(
+        raised.value
+    )
+    assert "2024-01-01 00:00 to" in str(raised.value)
+    settings.HEADROOM_IMPORT_EARLIEST = "last tuesday"
+    with pytest.raises(CommandError) as raised:
+        _import(path, "--format", "jsonl")
+    assert raised.value.returncode == 2 and "HEADROOM_IMPORT_EARLIEST" in str(raised.value)
+
+
+def test_the_window_ends_a_configurable_time_after_now() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    window = Window(earliest=datetime(2000, 1, 1, tzinfo=UTC), latest=now + timedelta(days=1))
+    text = "timestamp,prompt_tokens,output_tokens\n2026-01-01T23:59:59Z,5,5\n2026-01-02T00:00:01Z,5,5\n"
+    records = parse(io.StringIO(text), fmt="csv", defaults=Defaults("t", "m", "r"), window=window)
+    assert next(records).at == datetime(2026, 1, 1, 23, 59, 59, tzinfo=UTC)
+    with pytest.raises(RequestLogError, match="line 3, column timestamp: 2026-01-02T00:00:01Z"):
+        next(records)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "args", "message"),
+    [
+        (
+            "jsonl",
+            _jsonl(tenant="ghost"),
+            [],
+            "line 2, column tenant: no tenant 'ghost' in the fleet (known: northwind)",
+        ),
+        ("jsonl", _jsonl(model="gpt-9"), [], "line 2, column model: no model 'gpt-9'"),
+        ("jsonl", _jsonl(region="mars-1"), [], "line 2, column region: no region 'mars-1'"),
+        (
+            "azure",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n",
+            ["--tenant", "nobody", "--model", "chat-70b", "--region", "eu-west"],
+            "line 2, --tenant: no tenant 'nobody' in the fleet",
+        ),
+    ],
+)
+def test_an_unknown_tenant_model_or_region_is_refused_unless_create_missing(
+    tmp_path: Path, fmt: str, text: str, args: list[str], message: str
+) -> None:
+    path = _write(tmp_path, "log", text)
+    with pytest.raises(CommandError) as raised:
+        _import(path, "--format", fmt, *args)
+    assert raised.value.returncode == 2
+    assert message in str(raised.value) and "--create-missing" in str(raised.value)
+    assert not TelemetrySeries.objects.exists()
+    # With --create-missing the samples are stored under the new name.
+    assert "samples new" in _import(path, "--format", fmt, *args, "--create-missing")
+    stored = {(s.tenant, s.model, s.region) for s in TelemetrySeries.objects.all()}
+    assert any(set(labels) & {"ghost", "gpt-9", "mars-1", "nobody"} for labels in stored)
+
+
+def test_create_missing_stores_telemetry_only_until_the_records_exist(tmp_path: Path) -> None:
+    lines = [
+        json.dumps(
+            {
+                "timestamp": 1_700_000_000 + i,
+                "prompt_tokens": 300,
+                "output_tokens": 30,
+                "tenant": "ghost",
+                "model": "chat-70b",
+                "region": "eu-west",
+            }
+        )
+        for i in range(60)
+    ]
+    path = _write(tmp_path, "ghost.jsonl", "\n".join(lines) + "\n")
+    out = _import(path, "--format", "jsonl", "--create-missing")
+    assert "60 requests" in out and "unknown tenant: ghost" in out
+    assert TelemetrySeries.objects.filter(tenant="ghost").exists()
+    # No tenant record: no profile; the derivation names the label it could not place.
+    run = ProfileDerivation.objects.get()
+    assert run.unknown_labels == ["tenant: ghost"]
+    assert not WorkloadProfile.objects.filter(source=WorkloadProfile.Source.TELEMETRY).exists()

@@ -255,18 +255,17 @@ def test_a_change_made_with_a_key_names_the_key_in_the_history(
 # -- what a key may write --------------------------------------------------------------------
 
 
-def test_a_key_changes_its_own_policy(tenants: tuple[Tenant, Tenant]) -> None:
+def test_a_key_declares_its_workload_and_names_its_tenant(tenants: tuple[Tenant, Tenant]) -> None:
     own, _ = tenants
     client = key_client(issue_key(own))
-    quota = own.quota
-    etag = client.get(reverse("tenant-quota-detail", args=[quota.pk]))["ETag"]
-    response = client.patch(
-        reverse("tenant-quota-detail", args=[quota.pk]),
-        {"budget_burst_replica_s": 90.0},
+    etag = client.get(reverse("tenant-detail", args=[own.pk]))["ETag"]
+    renamed = client.patch(
+        reverse("tenant-detail", args=[own.pk]),
+        {"display_name": "Assistant Ltd"},
         format="json",
         HTTP_IF_MATCH=etag,
     )
-    assert response.status_code == 200, response.content
+    assert renamed.status_code == 200, renamed.content
     profile = WorkloadProfile.objects.get(tenant=own)
     body = {
         "tenant": own.pk,
@@ -277,10 +276,151 @@ def test_a_key_changes_its_own_policy(tenants: tuple[Tenant, Tenant]) -> None:
     }
     made = client.post(reverse("workload-profile-list"), body, format="json")
     assert made.status_code == 201, made.content
-    assert (
-        client.delete(reverse("workload-profile-detail", args=[made.json()["id"]])).status_code
-        == 204
+    assert made.json()["source"] == "declared"
+    url = reverse("workload-profile-detail", args=[made.json()["id"]])
+    changed = client.patch(url, {"peak_requests_per_s": 3.0}, format="json")
+    assert changed.status_code == 200, changed.content
+    assert client.delete(url).status_code == 204
+
+
+# What a key tried to raise in the review: its tier, its fair-share weight, its quota.
+OPERATOR_TENANT_CHANGES = {
+    "tier": "other_tier",
+    "fair_share_weight": 1000.0,
+    "spill_allowed": True,
+    "max_spill_rtt_ms": 80.0,
+    "name": "renamed",
+    "home_region": "other_region",
+    "residency_regions": "other_regions",
+}
+
+
+@pytest.mark.parametrize("field", sorted(OPERATOR_TENANT_CHANGES))
+def test_a_key_cannot_change_its_tenants_operator_fields(
+    field: str, tenants: tuple[Tenant, Tenant]
+) -> None:
+    own, _ = tenants
+    # Spill needs a largest round trip: with one set, spill alone is a valid change.
+    Tenant.objects.filter(pk=own.pk).update(max_spill_rtt_ms=50.0)
+    own.refresh_from_db()
+    records = Records()
+    better = records.tier(name="premium", priority=1000, failure_promise="zone")
+    elsewhere = records.region(name="r2")
+    value: Any = {
+        "other_tier": better.pk,
+        "other_region": elsewhere.pk,
+        "other_regions": [own.home_region_id, elsewhere.pk],
+    }.get(str(OPERATOR_TENANT_CHANGES[field]), OPERATOR_TENANT_CHANGES[field])
+    client = key_client(issue_key(own))
+    url = reverse("tenant-detail", args=[own.pk])
+    etag = client.get(url)["ETag"]
+    response = client.patch(url, {field: value}, format="json", HTTP_IF_MATCH=etag)
+    assert response.status_code == 403, response.content
+    error = response.json()["error"]
+    assert error["code"] == "permission_denied" and set(error["fields"]) == {field}
+    assert field in error["message"]
+    fresh = Tenant.objects.get(pk=own.pk)
+    assert (fresh.revision, fresh.tier_id, fresh.fair_share_weight) == (
+        own.revision,
+        own.tier_id,
+        own.fair_share_weight,
     )
+    # The same change by a policy admin goes through (the test's values are valid ones).
+    admin = APIClient()
+    admin.force_authenticate(user=User.objects.create_superuser("root", password="pw-root"))
+    done = admin.patch(url, {field: value}, format="json", HTTP_IF_MATCH="*")
+    assert done.status_code == 200, done.content
+
+
+def test_a_put_sending_operator_fields_back_unchanged_is_allowed(
+    tenants: tuple[Tenant, Tenant],
+) -> None:
+    own, _ = tenants
+    client = key_client(issue_key(own))
+    url = reverse("tenant-detail", args=[own.pk])
+    current = client.get(url)
+    body = {k: v for k, v in current.json().items() if k not in ("quota",)}
+    body["display_name"] = "Assistant GmbH"
+    response = client.put(url, body, format="json", HTTP_IF_MATCH=current["ETag"])
+    assert response.status_code == 200, response.content
+    assert Tenant.objects.get(pk=own.pk).display_name == "Assistant GmbH"
+    # Several operator fields at once: all named.
+    etag = response["ETag"]
+    raised = client.patch(
+        url,
+        {"fair_share_weight": 1000.0, "display_name": "x", "spill_allowed": True},
+        format="json",
+        HTTP_IF_MATCH=etag,
+    )
+    assert raised.status_code == 403
+    assert set(raised.json()["error"]["fields"]) == {"fair_share_weight", "spill_allowed"}
+    assert Tenant.objects.get(pk=own.pk).display_name == "Assistant GmbH"
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "budget_rate_replica_s_per_s",
+        "budget_burst_replica_s",
+        "tokens_per_minute_limit",
+        "tokens_per_minute_burst",
+    ],
+)
+def test_a_key_cannot_raise_its_quota(field: str, tenants: tuple[Tenant, Tenant]) -> None:
+    own, _ = tenants
+    client = key_client(issue_key(own))
+    quota = own.quota
+    url = reverse("tenant-quota-detail", args=[quota.pk])
+    etag = client.get(url)["ETag"]
+    value = 10**9 if field.startswith("tokens") else 1000.0
+    body = {field: value}
+    if field == "tokens_per_minute_limit":
+        body["tokens_per_minute_burst"] = value
+    response = client.patch(url, body, format="json", HTTP_IF_MATCH=etag)
+    assert response.status_code == 403, response.content
+    assert field in response.json()["error"]["fields"]
+    quota.refresh_from_db()
+    assert quota.revision == own.quota.revision
+    assert getattr(quota, field) != value
+
+
+def test_a_key_writes_only_declared_profiles(tenants: tuple[Tenant, Tenant]) -> None:
+    own, _ = tenants
+    client = key_client(issue_key(own))
+    profile = WorkloadProfile.objects.get(tenant=own)
+    body = {
+        "tenant": own.pk,
+        "model": profile.model_id,
+        "workload_class": profile.workload_class_id,
+        "version": 3,
+        "source": "telemetry",
+        **profile_figures(),
+    }
+    posed = client.post(reverse("workload-profile-list"), body, format="json")
+    assert posed.status_code == 403 and set(posed.json()["error"]["fields"]) == {"source"}
+    measured = WorkloadProfile.objects.create(
+        tenant=own,
+        model=profile.model,
+        workload_class=profile.workload_class,
+        version=4,
+        source=WorkloadProfile.Source.TELEMETRY,
+        **profile_figures(),
+    )
+    url = reverse("workload-profile-detail", args=[measured.pk])
+    for response in (
+        client.patch(url, {"peak_requests_per_s": 0.5}, format="json"),
+        client.delete(url),
+    ):
+        assert response.status_code == 403, response.content
+        assert set(response.json()["error"]["fields"]) == {"source"}
+    relabelled = client.patch(
+        reverse("workload-profile-detail", args=[profile.pk]),
+        {"source": "telemetry"},
+        format="json",
+    )
+    assert relabelled.status_code == 403
+    assert WorkloadProfile.objects.filter(pk=measured.pk, peak_requests_per_s=0.5).count() == 0
+    assert WorkloadProfile.objects.get(pk=profile.pk).source == "declared"
 
 
 def test_writes_naming_another_tenant_are_refused(tenants: tuple[Tenant, Tenant]) -> None:
@@ -395,6 +535,15 @@ def test_the_schema_names_the_key_scheme(api_client_for: Any) -> None:
     assert scheme == {**scheme, "type": "http", "scheme": "bearer"}
     tenants_get = schema["paths"]["/api/tenants/"]["get"]
     assert {"tenantKey": []} in tenants_get["security"]
+    # The 403 a key's change of an operator's field gets is documented, with its fields.
+    for path in ("/api/tenants/{id}/", "/api/tenant-quotas/{id}/", "/api/workload-profiles/{id}/"):
+        for method in ("put", "patch"):
+            refused = schema["paths"][path][method]["responses"]["403"]
+            ref = refused["content"]["application/json"]["schema"]["$ref"]
+            assert ref.endswith("/Error"), (path, method)
+            assert "tenant key" in refused["description"]
+    detail = schema["components"]["schemas"]["ErrorDetail"]["properties"]["fields"]
+    assert "403" in detail["description"]
 
 
 def test_a_key_costs_one_query_a_request(tenants: tuple[Tenant, Tenant]) -> None:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from controlplane.telemetry.requestlog import (
@@ -41,6 +42,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-derive", action="store_true", help="store the samples, derive nothing"
         )
+        parser.add_argument(
+            "--create-missing",
+            action="store_true",
+            help="store samples of tenants, models or regions the fleet has no record of, as "
+            "telemetry only (derivations skip them until the records exist); without it such "
+            "a name is refused",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         path = str(options["file"])
@@ -64,9 +72,12 @@ class Command(BaseCommand):
                 defaults=defaults,
                 resolution=float(options["resolution"]),
                 derive=not options["no_derive"],
+                create_missing=bool(options["create_missing"]),
             )
         except RequestLogError as exc:
             raise CommandError(f"{path}: {exc}", returncode=2) from None
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc), returncode=2) from None
         out = self.stdout
         out.write(
             f"{report.requests:,} requests, {report.series} series, "
