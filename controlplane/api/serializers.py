@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db.models import Model
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.api.services import record_save
@@ -359,7 +360,44 @@ class PercentileBoundsFields(serializers.Serializer[Any]):
     )
 
 
-class WorkloadProfileSerializer(PercentileBoundsFields, RecordSerializer):
+class BurstinessSerializer(serializers.Serializer[dict[str, Any]]):
+    """How clumped a workload's arrivals are (``planner.capacity.burstiness``), over the
+    busiest hour of what telemetry saw."""
+
+    requests = serializers.IntegerField()
+    span_s = serializers.FloatField()
+    mean_requests_per_s = serializers.FloatField()
+    resolution_s = serializers.FloatField(
+        help_text="The finest window the figures were read at: 1 s from a request log, the "
+        "bucket width from a pull."
+    )
+    dispersion = serializers.FloatField(
+        help_text="Index of dispersion of counts at the resolution (1: Poisson); what a replay "
+        "synthesises arrivals with."
+    )
+    peak_1s = serializers.FloatField(allow_null=True, help_text="Busiest second, requests/s.")
+    peak_10s = serializers.FloatField(allow_null=True, help_text="Busiest 10 s, requests/s.")
+    peak_60s = serializers.FloatField(allow_null=True, help_text="Busiest minute, requests/s.")
+    interarrival_scv = serializers.FloatField(
+        allow_null=True, help_text="Squared coefficient of variation of the gaps (1: Poisson)."
+    )
+    dispersion_1s = serializers.FloatField(allow_null=True)
+    dispersion_10s = serializers.FloatField(allow_null=True)
+
+
+class BurstinessField(serializers.Serializer[Any]):
+    """A record's ``burstiness``, read-only; null where none was measured (a declared
+    profile)."""
+
+    burstiness = serializers.SerializerMethodField()
+
+    @extend_schema_field(BurstinessSerializer(allow_null=True))
+    def get_burstiness(self, record: Any) -> dict[str, Any] | None:
+        figures = getattr(record, "burstiness", None) or {}
+        return dict(figures) if figures else None
+
+
+class WorkloadProfileSerializer(PercentileBoundsFields, BurstinessField, RecordSerializer):
     class Meta:
         model = WorkloadProfile
         fields = (
@@ -384,5 +422,6 @@ class WorkloadProfileSerializer(PercentileBoundsFields, RecordSerializer):
             "percentile_bounds",
             "coarse",
             "between",
+            "burstiness",
             "created_at",
         )

@@ -22,7 +22,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api.serializers import PercentileBoundsFields
+from controlplane.api.serializers import BurstinessField, PercentileBoundsFields
 from controlplane.core.api import ReadOnlyViewSet
 from controlplane.core.serializers import read_only_by
 from controlplane.core.tenancy import TENANT_OWN, request_principal
@@ -89,7 +89,7 @@ class ProfileDerivationSerializer(serializers.ModelSerializer[ProfileDerivation]
 
 
 class ObservedWorkloadSerializer(
-    PercentileBoundsFields, serializers.ModelSerializer[ObservedWorkload]
+    PercentileBoundsFields, BurstinessField, serializers.ModelSerializer[ObservedWorkload]
 ):
     class Meta:
         model = ObservedWorkload
@@ -132,11 +132,12 @@ class ObservedWorkloadSerializer(
             "queue_time_mean_s",
             "queue_time_p95_s",
             "kv_cache_capacity_tokens",
+            "burstiness",
         ]
 
 
 class TelemetryProfileSerializer(
-    PercentileBoundsFields, serializers.ModelSerializer[WorkloadProfile]
+    PercentileBoundsFields, BurstinessField, serializers.ModelSerializer[WorkloadProfile]
 ):
     tenant = read_only_by()
     model = read_only_by()
@@ -177,6 +178,7 @@ class TelemetryProfileSerializer(
             "between",
             "unmeasured",
             "pool_tenants",
+            "burstiness",
         ]
 
 

@@ -61,7 +61,9 @@ def _premium_verdict(plan: Plan) -> dict[str, Any]:
 
 
 @pytest.mark.skipif(not CONV.exists(), reason="the Azure trace is not beside the checkout")
-def test_conv_trace_replan_holds_the_premium_slo_all_up_and_after_each_zone_loss() -> None:
+def test_conv_trace_replan_holds_the_premium_slo_all_up_and_after_each_zone_loss(
+    api_client_for: Any,
+) -> None:
     load_support_assistant()
     _import(CONV)
     trace = RequestTrace.objects.get(tenant=PREMIUM)
@@ -74,6 +76,8 @@ def test_conv_trace_replan_holds_the_premium_slo_all_up_and_after_each_zone_loss
     profile = WorkloadProfile.objects.get(tenant__name=PREMIUM, source="telemetry")
     assert profile.burstiness["peak_1s"] == 19.0
     assert ObservedWorkload.objects.get(tenant=PREMIUM).burstiness == profile.burstiness
+    shown = api_client_for(VIEWER).get(f"/api/telemetry/profiles/{profile.pk}/").json()
+    assert shown["burstiness"]["resolution_s"] == 1.0 and shown["burstiness"]["peak_1s"] == 19.0
 
     run = run_replan()
     plan = run.plan
