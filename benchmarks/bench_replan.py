@@ -447,7 +447,12 @@ def section(results: Sequence[Result], database: str, settings_line: str) -> str
         "zones_per_region=3, gpu_types=3, seed=7)` loaded into the database by the "
         "benchmark's `load_generated`. With history, every tenant has three weeks of hourly "
         "request rates (a daily wave and 10% noise around its declared rate), so every group "
-        "is fitted and forecast and both band edges are solved."
+        "is fitted and forecast and both band edges are solved. Each case runs with replay "
+        "verification off (the re-plan before it) and on, side by side in one run: on, the "
+        "plan is replayed against each demand's arrivals (synthesised from the declared "
+        "profiles here, Poisson) all up, after each zone loss and with one replica lost, and "
+        "re-solved with raised loads until it holds (`rounds` solves; `replay s` the "
+        "replays' own time; `holds` the verdict)."
     )
     outcome = (
         f"**Goal (generated fleet under {GOAL_S:g} s end to end): {verdict}**, worst "
@@ -463,6 +468,17 @@ def section(results: Sequence[Result], database: str, settings_line: str) -> str
         "forecast fits (one per tenant and model); the unchanged re-plan reuses them (they "
         "are kept for the day), which is why it costs well under a second."
     )
+    pairs = {(r.case, r.history): r for r in results if not r.replay}
+    ratios = [
+        f"{r.case} {'with' if r.history else 'without'} history {r.total_s / pairs[(r.case, r.history)].total_s:.2f}×"
+        for r in results
+        if r.replay and (r.case, r.history) in pairs and pairs[(r.case, r.history)].total_s > 0
+    ]
+    replay_line = (
+        "Re-plan time with replay verification against without, same run: "
+        + "; ".join(ratios)
+        + "."
+    )
     return "\n".join(
         [
             SECTION,
@@ -476,6 +492,8 @@ def section(results: Sequence[Result], database: str, settings_line: str) -> str
             _prose(f"Machine: {machine()}. Database: {database}. {settings_line}"),
             "",
             table(results),
+            "",
+            _prose(replay_line),
             "",
             _prose(outcome),
             "",
