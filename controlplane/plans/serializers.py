@@ -37,7 +37,10 @@ class ReplayVerdictSerializer(serializers.Serializer[dict[str, Any]]):
 
     demand = serializers.CharField()
     tenant = serializers.CharField()
-    source = serializers.CharField(help_text='"request log" or "synthesised" arrivals.')
+    # A declared field named like Field.source: DRF's metaclass pops it from the class.
+    source = serializers.CharField(  # type: ignore[assignment]
+        help_text='"request log" or "synthesised" arrivals.'
+    )
     requests = serializers.IntegerField(help_text="Requests replayed.")
     ttft_slo_s = serializers.FloatField(allow_null=True, help_text="The tier's p95 TTFT, s.")
     p95_ttft_s = serializers.DictField(
