@@ -11,6 +11,10 @@ body exactly as a worker would. The request answers at once; whatever becomes of
 the web process goes on. When the child ends without finishing (a crash, a signal, the time
 limit), the task's ``isolated_exit(args, reason)`` records why, so the run is failed with a
 reason rather than left running. With a broker, isolated tasks go to the workers like any.
+
+``ChildPool`` bounds such children: at most ``size`` of one task at a time in this process,
+each started again while work is pending (a task that drains a queue of job rows, such as the
+what-if solves, ``controlplane.plans.whatif_jobs``).
 """
 
 from __future__ import annotations
@@ -53,6 +57,39 @@ def command(name: str, args: Sequence[Any]) -> list[str]:
     return [sys.executable, "-m", "controlplane.core.isolated", name, json.dumps(list(args))]
 
 
+def _run_child(
+    name: str,
+    args: Sequence[Any],
+    *,
+    on_exit: Callable[[Sequence[Any], str], None] | None,
+    time_limit_s: float,
+) -> None:
+    """Run task ``name`` in a child process and wait for it; a child that does not end
+    cleanly is reported to ``on_exit`` with the reason."""
+    try:
+        done = subprocess.run(
+            command(name, args),
+            cwd=REPO,
+            env=os.environ.copy(),
+            capture_output=True,
+            text=True,
+            timeout=time_limit_s,
+            check=False,
+        )
+        reason = None if done.returncode == 0 else exit_reason(done.returncode, done.stderr)
+    except subprocess.TimeoutExpired:
+        reason = f"the task's process ran past its time limit of {time_limit_s:g} s"
+    except OSError as exc:
+        reason = f"the task's process could not start: {exc}"
+    if reason is not None:
+        log.error("isolated task %s%s failed: %s", name, tuple(args), reason)
+        if on_exit is not None:
+            try:
+                on_exit(args, reason)
+            except Exception:
+                log.exception("recording the end of isolated task %s failed", name)
+
+
 def run_in_child(
     name: str,
     args: Sequence[Any],
@@ -64,33 +101,73 @@ def run_in_child(
     that does not end cleanly is reported to ``on_exit`` with the reason."""
 
     def watch() -> None:
-        try:
-            done = subprocess.run(
-                command(name, args),
-                cwd=REPO,
-                env=os.environ.copy(),
-                capture_output=True,
-                text=True,
-                timeout=time_limit_s,
-                check=False,
-            )
-            reason = None if done.returncode == 0 else exit_reason(done.returncode, done.stderr)
-        except subprocess.TimeoutExpired:
-            reason = f"the task's process ran past its time limit of {time_limit_s:g} s"
-        except OSError as exc:
-            reason = f"the task's process could not start: {exc}"
-        if reason is not None:
-            log.error("isolated task %s%s failed: %s", name, tuple(args), reason)
-            if on_exit is not None:
-                try:
-                    on_exit(args, reason)
-                except Exception:
-                    log.exception("recording the end of isolated task %s failed", name)
+        _run_child(name, args, on_exit=on_exit, time_limit_s=time_limit_s)
         connections.close_all()  # this thread's connections, not the request's
 
     thread = threading.Thread(target=watch, name=f"isolated:{name}", daemon=True)
     thread.start()
     return thread
+
+
+class ChildPool:
+    """At most ``size()`` children running task ``name`` (with ``args``) at once in this
+    process, for a task that drains a queue: each ``kick`` is followed by a child that starts
+    after it, so work queued before the kick is seen by a child.
+
+    A watcher thread runs children one after another while kicks are pending; a kick starts a
+    new watcher only when fewer than ``size()`` are alive. The pending flag is taken under the
+    lock before each child starts, so a kick that lands while a child is finishing starts the
+    next one instead of being lost. Bounds across processes are the task's own (its job rows).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        args: Sequence[Any],
+        *,
+        size: Callable[[], int],
+        time_limit_s: Callable[[], float],
+        on_exit: Callable[[Sequence[Any], str], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.args = list(args)
+        self.size = size
+        self.time_limit_s = time_limit_s
+        self.on_exit = on_exit
+        self._lock = threading.Lock()
+        self._pending = False
+        self._watchers: set[threading.Thread] = set()
+
+    def kick(self) -> None:
+        with self._lock:
+            self._pending = True
+            if len(self._watchers) < max(1, self.size()):
+                thread = threading.Thread(
+                    target=self._watch, name=f"isolated-pool:{self.name}", daemon=True
+                )
+                self._watchers.add(thread)
+                thread.start()
+
+    @property
+    def alive(self) -> int:
+        with self._lock:
+            return len(self._watchers)
+
+    def _watch(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if not self._pending:
+                        self._watchers.discard(threading.current_thread())
+                        return
+                    self._pending = False
+                _run_child(
+                    self.name, self.args, on_exit=self.on_exit, time_limit_s=self.time_limit_s()
+                )
+        finally:
+            with self._lock:
+                self._watchers.discard(threading.current_thread())
+            connections.close_all()
 
 
 def main(argv: Sequence[str]) -> int:

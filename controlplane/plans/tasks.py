@@ -6,6 +6,8 @@ status guard, the planner lock and the inputs hash make a second run store no se
 ``headroom.plans.replan_scheduled`` is what Celery beat sends: it requests a re-plan, whose
 run is then enqueued like any other. Drift re-plans (trigger ``drift``) are requested by the
 pipeline after a derivation that raised new drift alerts (``controlplane.pipeline``).
+``headroom.plans.whatif`` drains the queue of what-if previews (``plans.whatif_jobs``): sent
+when one is queued; without a broker it runs in a bounded pool of child processes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from controlplane.celery import app
 from controlplane.core.schedule import beat_tick_claim
 from controlplane.plans.models import Plan
 from controlplane.plans.services import REPLAN_TASK, replan_execute, replan_request
+from controlplane.plans.whatif_jobs import WHATIF_TASK, whatif_drain
 
 
 @app.task(name=REPLAN_TASK, acks_late=True, reject_on_worker_lost=True)
@@ -33,3 +36,11 @@ def replan_scheduled(self: Any) -> int | None:
         return None
     run = replan_request(trigger=Plan.Trigger.SCHEDULE)
     return int(run.pk)
+
+
+@app.task(name=WHATIF_TASK, acks_late=True, reject_on_worker_lost=True)
+def whatif(job_id: int | None = None, isolated: bool = False) -> int:
+    """Solve queued what-if previews while fewer than the bound run (``job_id`` is the one
+    whose submit sent this; any queued one may be taken first); returns how many it solved.
+    ``isolated``: this is the web server's child process (``controlplane.core.isolated``)."""
+    return whatif_drain(isolated=isolated)
