@@ -57,20 +57,28 @@ def command(name: str, args: Sequence[Any]) -> list[str]:
     return [sys.executable, "-m", "controlplane.core.isolated", name, json.dumps(list(args))]
 
 
+# The child's CPU niceness, set before it imports anything (``ChildPool(nice=...)``).
+NICE_ENV = "HEADROOM_ISOLATED_NICE"
+
+
 def _run_child(
     name: str,
     args: Sequence[Any],
     *,
     on_exit: Callable[[Sequence[Any], str], None] | None,
     time_limit_s: float,
+    nice: int = 0,
 ) -> None:
     """Run task ``name`` in a child process and wait for it; a child that does not end
     cleanly is reported to ``on_exit`` with the reason."""
+    env = os.environ.copy()
+    if nice:
+        env[NICE_ENV] = str(nice)
     try:
         done = subprocess.run(
             command(name, args),
             cwd=REPO,
-            env=os.environ.copy(),
+            env=env,
             capture_output=True,
             text=True,
             timeout=time_limit_s,
@@ -111,13 +119,18 @@ def run_in_child(
 
 class ChildPool:
     """At most ``size()`` children running task ``name`` (with ``args``) at once in this
-    process, for a task that drains a queue: each ``kick`` is followed by a child that starts
-    after it, so work queued before the kick is seen by a child.
+    process, for a task that drains a queue: each ``kick`` for which ``wanted()`` holds is
+    followed by a child that starts after it, so work queued before the kick is seen by a
+    child.
 
-    A watcher thread runs children one after another while kicks are pending; a kick starts a
-    new watcher only when fewer than ``size()`` are alive. The pending flag is taken under the
-    lock before each child starts, so a kick that lands while a child is finishing starts the
-    next one instead of being lost. Bounds across processes are the task's own (its job rows).
+    ``wanted()`` says whether a new child would find work (for a job queue: a job is queued
+    and fewer than the bound run; when the bound is reached, a running child takes the next
+    job itself), so a kick costs no process start when none is needed. A watcher thread runs
+    children one after another while kicks are pending; a kick starts a new watcher only when
+    fewer than ``size()`` are alive. The pending flag is taken under the lock before each child
+    starts, so a kick that lands while a child is finishing starts the next one instead of
+    being lost. Bounds across processes are the task's own (its job rows). ``nice``: the
+    children's CPU niceness, from their first instruction (0: the parent's).
     """
 
     def __init__(
@@ -127,18 +140,24 @@ class ChildPool:
         *,
         size: Callable[[], int],
         time_limit_s: Callable[[], float],
+        wanted: Callable[[], bool] = lambda: True,
+        nice: Callable[[], int] = lambda: 0,
         on_exit: Callable[[Sequence[Any], str], None] | None = None,
     ) -> None:
         self.name = name
         self.args = list(args)
         self.size = size
         self.time_limit_s = time_limit_s
+        self.wanted = wanted
+        self.nice = nice
         self.on_exit = on_exit
         self._lock = threading.Lock()
         self._pending = False
         self._watchers: set[threading.Thread] = set()
 
     def kick(self) -> None:
+        if not self.wanted():
+            return
         with self._lock:
             self._pending = True
             if len(self._watchers) < max(1, self.size()):
@@ -161,8 +180,14 @@ class ChildPool:
                         self._watchers.discard(threading.current_thread())
                         return
                     self._pending = False
+                if not self.wanted():
+                    continue
                 _run_child(
-                    self.name, self.args, on_exit=self.on_exit, time_limit_s=self.time_limit_s()
+                    self.name,
+                    self.args,
+                    on_exit=self.on_exit,
+                    time_limit_s=self.time_limit_s(),
+                    nice=self.nice(),
                 )
         finally:
             with self._lock:
@@ -176,6 +201,9 @@ def main(argv: Sequence[str]) -> int:
         print("usage: python -m controlplane.core.isolated TASK_NAME ARGS_JSON", file=sys.stderr)
         return 2
     name, raw = argv
+    nice = int(os.environ.pop(NICE_ENV, "0") or 0)
+    if nice:
+        os.nice(nice)  # before the imports: a child's start is background work too
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
     django.setup()
     # After setup: the apps register their tasks when they are ready.

@@ -46,7 +46,8 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from controlplane.celery import app
@@ -121,10 +122,13 @@ def rate_limited(user: Actor | None) -> bool:
 
 
 def _serialized() -> None:
-    """Inside a transaction: wait for every other submit or claim to finish (a row lock on
-    PostgreSQL; on SQLite, transactions already take the write lock when they begin)."""
-    PlannerLock.objects.get_or_create(name=SERIALIZE_ROW)
-    PlannerLock.objects.select_for_update().filter(name=SERIALIZE_ROW).first()
+    """Inside a transaction: wait for every other submit or claim to finish (a row lock;
+    on SQLite, transactions already take the write lock when they begin)."""
+    if not connection.features.has_select_for_update:
+        return
+    if PlannerLock.objects.select_for_update().filter(name=SERIALIZE_ROW).first() is None:
+        PlannerLock.objects.get_or_create(name=SERIALIZE_ROW)
+        PlannerLock.objects.select_for_update().filter(name=SERIALIZE_ROW).first()
 
 
 def _deadline(job: WhatIfJob, conf: WhatIfSettings) -> datetime | None:
@@ -186,12 +190,11 @@ def whatif_submit(
         _serialized()
         whatif_expire(now=now)
         if requested_by is not None:
-            mine = list(
-                WhatIfJob.objects.filter(requested_by=requested_by, status__in=ACTIVE).order_by(
-                    "created_at", "pk"
-                )
+            unfinished_of_user = WhatIfJob.objects.filter(
+                requested_by=requested_by, status__in=ACTIVE
             )
-            if len(mine) >= conf.per_user:
+            if unfinished_of_user.count() >= conf.per_user:
+                mine = list(unfinished_of_user)
                 ends = [d for d in (_deadline(job, conf) for job in mine) if d is not None]
                 wait = min(ends) - now if ends else timedelta(seconds=conf.time_limit_s)
                 raise WhatIfRefused(
@@ -233,12 +236,28 @@ def whatif_submit(
 
 # Without a broker: the children that drain the queue, at most HEADROOM_WHATIF_WORKERS of them
 # in this process (the claim bounds them across processes).
+def _claimable() -> bool:
+    """Whether a new drainer would find work: a job queued and fewer than the bound running
+    (at the bound, a running drainer claims the next job when its own ends)."""
+    counts = dict(
+        WhatIfJob.objects.filter(status__in=ACTIVE)
+        .values_list("status")
+        .annotate(n=Count("pk"))
+        .values_list("status", "n")
+    )
+    return bool(counts.get(JobStatus.QUEUED)) and (
+        counts.get(JobStatus.RUNNING, 0) < whatif_settings().workers
+    )
+
+
 _POOL = ChildPool(
     WHATIF_TASK,
     [None, True],
     size=lambda: whatif_settings().workers,
     # A child drains the whole queue, one job after another, each within its own limit.
     time_limit_s=lambda: (whatif_settings().queue + 1) * (whatif_settings().time_limit_s + 5),
+    wanted=_claimable,
+    nice=lambda: whatif_settings().nice,
 )
 
 
@@ -347,9 +366,10 @@ def whatif_drain(*, isolated: bool = False, clock: Callable[[], float] = time.mo
     ``isolated``: this is a child process of the web server (or a worker) doing nothing else,
     so it lowers its CPU priority and stops a job with an alarm at its limit.
     """
-    if isolated:
+    if isolated and os.getpriority(os.PRIO_PROCESS, 0) < whatif_settings().nice:
+        # Started without the pool's niceness (a worker started by hand): take it now.
         with contextlib.suppress(OSError):
-            os.nice(whatif_settings().nice)
+            os.nice(whatif_settings().nice - os.getpriority(os.PRIO_PROCESS, 0))
     hard_limit = isolated or not app.conf.task_always_eager
     solved = 0
     while (job := _claim()) is not None:

@@ -26,8 +26,7 @@ from django.views.decorators.http import require_http_methods
 
 from controlplane.core.roles import POLICY_ADMIN, ROLES, user_roles
 from controlplane.plans import services as plan_services
-from controlplane.plans.models import Plan
-from controlplane.plans.models import WhatIfJob
+from controlplane.plans.models import Plan, WhatIfJob
 from controlplane.plans.whatif import change_from_dict, result_from_dict, whatif_apply
 from controlplane.plans.whatif_jobs import (
     WhatIfRefused,
