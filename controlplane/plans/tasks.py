@@ -1,7 +1,10 @@
 """Re-planning tasks: thin wrappers that take ids and call the plans services.
 
 ``headroom.plans.replan`` runs one ``ReplanRun``; it is acknowledged late (after it returns)
-and requeued if its worker dies, so a killed re-plan runs again. That is harmless: the run's
+and requeued if its worker dies, so a killed re-plan runs again. It is declared isolated:
+without a broker it runs in a child process (``controlplane.core.isolated``), never in the web
+request (the API's or the admin's "re-plan now") that asked for it, and a child that ends
+without finishing fails its run with the reason. That is harmless: the run's
 status guard, the planner lock and the inputs hash make a second run store no second plan.
 ``headroom.plans.replan_scheduled`` is what Celery beat sends: it requests a re-plan, whose
 run is then enqueued like any other. Drift re-plans (trigger ``drift``) are requested by the
@@ -12,16 +15,36 @@ when one is queued; without a broker it runs in a bounded pool of child processe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from controlplane.celery import app
+from controlplane.core.jobs import ACTIVE, job_fail
 from controlplane.core.schedule import beat_tick_claim
-from controlplane.plans.models import Plan
+from controlplane.plans.models import Plan, ReplanRun
 from controlplane.plans.services import REPLAN_TASK, replan_execute, replan_request
 from controlplane.plans.whatif_jobs import WHATIF_TASK, whatif_drain
 
 
-@app.task(name=REPLAN_TASK, acks_late=True, reject_on_worker_lost=True)
+def _replan_process_ended(args: Sequence[Any], reason: str) -> None:
+    """An isolated re-plan's process ended before its run did: the run fails with the reason
+    (a planner lock it held is taken over once its claim expires)."""
+    job_fail(
+        ReplanRun,
+        int(args[0]),
+        f"The re-plan's process ended before it finished: {reason}.",
+        statuses=ACTIVE,
+    )
+
+
+# isolated: a re-plan solves for seconds; without a broker it must not hold a web worker.
+@app.task(
+    name=REPLAN_TASK,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    isolated=True,
+    isolated_exit=staticmethod(_replan_process_ended),
+)
 def replan(run_id: int) -> str | None:
     """Run the re-plan ``run_id``; returns its final status (None: no such run)."""
     run = replan_execute(run_id=run_id)
