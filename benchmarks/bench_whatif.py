@@ -1,8 +1,9 @@
 """What-if benchmark: 20 viewers ask for a what-if preview at once while a client reads a
 tenant quota's detail at 20 req/s; the reader's latency is what is measured.
 
-The script prepares its own SQLite database (the embedded default: no broker, so the previews
-are solved by the web server's bounded pool of child processes), loads the shipped example
+The script prepares its own database (a new SQLite file, the embedded default, or with
+``--database-url`` a PostgreSQL database it drops and creates again) and runs without a broker,
+so the previews are solved by the web server's bounded pool of child processes; it loads the shipped example
 (``docs/scenarios/support-assistant.yaml``), gives each tenant a quota, re-plans once (the plan
 becomes active), creates one ``viewer`` account per previewer and a reader with an API token,
 collects the static files and starts gunicorn with the web container's own command
@@ -46,7 +47,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_load import REPO, free_port, percentile, stop, wait_until_up, web_command
+from benchmarks.bench_load import (
+    REPO,
+    create_database,
+    free_port,
+    percentile,
+    stop,
+    wait_until_up,
+    web_command,
+)
 
 SCENARIO = REPO / "docs" / "scenarios" / "support-assistant.yaml"
 READ_RPS = 20
@@ -314,6 +323,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--server-repo", type=Path, default=REPO, help="the checkout whose server runs"
     )
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the server")
+    parser.add_argument(
+        "--database-url", default="", help="PostgreSQL (dropped and created); default SQLite"
+    )
     args = parser.parse_args(argv)
 
     tmp_dir = tempfile.TemporaryDirectory(prefix="bench-whatif-")
@@ -328,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         DEBUG="false",
         SECRET_KEY=secrets.token_urlsafe(60),
         ALLOWED_HOSTS="127.0.0.1",
-        DATABASE_URL=f"sqlite:///{tmp / 'headroom.sqlite3'}",
+        DATABASE_URL=args.database_url or f"sqlite:///{tmp / 'headroom.sqlite3'}",
         STATIC_ROOT=str(tmp / "static"),
         HEADROOM_VAR_DIR=str(tmp),
         HEADROOM_FINANCE_WARM="false",
@@ -340,6 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.update(env)
     import django
 
+    if args.database_url:
+        create_database(args.database_url)
     django.setup()
     from django.core.management import call_command
 
@@ -390,7 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         statuses[p.status] = statuses.get(p.status, 0) + 1
     p99 = percentile([ms for ms, _, _ in loaded], 0.99)
     print(
-        f"\n{os.cpu_count()} CPUs (load average before: {load_before}); {args.previewers} "
+        f"\n{os.cpu_count()} CPUs (load average before: {load_before}); "
+        f"{'PostgreSQL' if args.database_url else 'SQLite'}; {args.previewers} "
         f"previews through {'the page' if args.page else 'the API'}; reader at {READ_RPS} req/s\n"
     )
     print("| reader | requests | p50 ms | p95 ms | p99 ms | max ms | errors |")

@@ -118,37 +118,35 @@ def run_in_child(
 
 
 class ChildPool:
-    """At most ``size()`` children running task ``name`` (with ``args``) at once in this
-    process, for a task that drains a queue: each ``kick`` for which ``wanted()`` holds is
+    """At most ``size()`` children running task ``name`` at once in this process, for a task
+    that drains a queue: each ``kick`` for which ``start()`` gives the child's arguments is
     followed by a child that starts after it, so work queued before the kick is seen by a
     child.
 
-    ``wanted()`` says whether a new child would find work (for a job queue: a job is queued
-    and fewer than the bound run; when the bound is reached, a running child takes the next
-    job itself), so a kick costs no process start when none is needed. A watcher thread runs
-    children one after another while kicks are pending; a kick starts a new watcher only when
-    fewer than ``size()`` are alive. The pending flag is taken under the lock before each child
-    starts, so a kick that lands while a child is finishing starts the next one instead of
-    being lost. Bounds across processes are the task's own (its job rows). ``nice``: the
-    children's CPU niceness, from their first instruction (0: the parent's).
+    ``start()`` decides whether a new child would find work, and returns its arguments, or
+    None for no child (for a job queue: nothing queued, or every drainer's lease is held by a
+    child that will take the next job itself), so a kick costs no process start when none is
+    needed. A watcher thread runs children one after another while kicks are pending; a kick
+    starts a new watcher only when fewer than ``size()`` are alive. The pending flag is taken
+    under the lock before each child starts, so a kick that lands while a child is finishing
+    starts the next one instead of being lost. ``nice``: the children's CPU niceness, from
+    their first instruction (0: the parent's).
     """
 
     def __init__(
         self,
         name: str,
-        args: Sequence[Any],
         *,
+        start: Callable[[], Sequence[Any] | None],
         size: Callable[[], int],
         time_limit_s: Callable[[], float],
-        wanted: Callable[[], bool] = lambda: True,
         nice: Callable[[], int] = lambda: 0,
         on_exit: Callable[[Sequence[Any], str], None] | None = None,
     ) -> None:
         self.name = name
-        self.args = list(args)
+        self.start = start
         self.size = size
         self.time_limit_s = time_limit_s
-        self.wanted = wanted
         self.nice = nice
         self.on_exit = on_exit
         self._lock = threading.Lock()
@@ -156,8 +154,6 @@ class ChildPool:
         self._watchers: set[threading.Thread] = set()
 
     def kick(self) -> None:
-        if not self.wanted():
-            return
         with self._lock:
             self._pending = True
             if len(self._watchers) < max(1, self.size()):
@@ -180,15 +176,18 @@ class ChildPool:
                         self._watchers.discard(threading.current_thread())
                         return
                     self._pending = False
-                if not self.wanted():
+                args = self.start()
+                if args is None:
                     continue
                 _run_child(
                     self.name,
-                    self.args,
+                    args,
                     on_exit=self.on_exit,
                     time_limit_s=self.time_limit_s(),
                     nice=self.nice(),
                 )
+        except Exception:
+            log.exception("the pool of task %s failed to start a child", self.name)
         finally:
             with self._lock:
                 self._watchers.discard(threading.current_thread())

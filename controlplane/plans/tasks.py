@@ -23,7 +23,7 @@ from controlplane.core.jobs import ACTIVE, job_fail
 from controlplane.core.schedule import beat_tick_claim
 from controlplane.plans.models import Plan, ReplanRun
 from controlplane.plans.services import REPLAN_TASK, replan_execute, replan_request
-from controlplane.plans.whatif_jobs import WHATIF_TASK, whatif_drain
+from controlplane.plans.whatif_jobs import WHATIF_TASK, Lease, whatif_drain
 
 
 def _replan_process_ended(args: Sequence[Any], reason: str) -> None:
@@ -62,8 +62,17 @@ def replan_scheduled(self: Any) -> int | None:
 
 
 @app.task(name=WHATIF_TASK, acks_late=True, reject_on_worker_lost=True)
-def whatif(job_id: int | None = None, isolated: bool = False) -> int:
+def whatif(
+    job_id: int | None = None,
+    isolated: bool = False,
+    lease_name: str | None = None,
+    lease_holder: str | None = None,
+) -> int:
     """Solve queued what-if previews while fewer than the bound run (``job_id`` is the one
     whose submit sent this; any queued one may be taken first); returns how many it solved.
-    ``isolated``: this is the web server's child process (``controlplane.core.isolated``)."""
-    return whatif_drain(isolated=isolated)
+    ``isolated``: this is the web server's child process (``controlplane.core.isolated``),
+    holding the drainer lease ``lease_name`` for ``lease_holder``."""
+    lease = None
+    if lease_name and lease_holder:
+        lease = Lease(name=lease_name, holder=lease_holder)
+    return whatif_drain(isolated=isolated, lease=lease)

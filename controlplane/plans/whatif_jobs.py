@@ -37,9 +37,11 @@ import logging
 import math
 import os
 import signal
+import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -47,7 +49,7 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Count
+from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.celery import app
@@ -234,30 +236,79 @@ def whatif_submit(
     return job
 
 
+# Drainer leases: a child takes one before it starts (its parent takes it for it), so at most
+# HEADROOM_WHATIF_WORKERS children exist at once across every web process, and a burst of
+# submits starts one child, not one per web worker. A lease names its holder and lapses at
+# ``expires_at`` (renewed with each job), so a child that died frees it.
+LEASE_PREFIX = "whatif-drainer-"
+# How long a lease holds before its child has claimed a job (a child's start takes seconds).
+LEASE_START_S = 120.0
+
+
+@dataclass(frozen=True)
+class Lease:
+    name: str
+    holder: str
+
+
+def _lease_take(*, now: datetime | None = None, holder: str | None = None) -> Lease | None:
+    """A drainer lease that is free or lapsed, taken (one conditional UPDATE each); None when
+    every one is held."""
+    now = now or timezone.now()
+    holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    for n in range(whatif_settings().workers):
+        name = f"{LEASE_PREFIX}{n}"
+        PlannerLock.objects.get_or_create(name=name)
+        taken = PlannerLock.objects.filter(
+            Q(holder="") | Q(expires_at__lt=now) | Q(expires_at__isnull=True), name=name
+        ).update(holder=holder, expires_at=now + timedelta(seconds=LEASE_START_S))
+        if taken:
+            return Lease(name=name, holder=holder)
+    return None
+
+
+def _lease_renew(lease: Lease) -> None:
+    conf = whatif_settings()
+    hold = conf.time_limit_s + EXPIRY_GRACE_S + LEASE_START_S
+    PlannerLock.objects.filter(name=lease.name, holder=lease.holder).update(
+        expires_at=timezone.now() + timedelta(seconds=hold)
+    )
+
+
+def _lease_release(lease: Lease) -> None:
+    PlannerLock.objects.filter(name=lease.name, holder=lease.holder).update(
+        holder="", expires_at=None
+    )
+
+
+def _drainer_args() -> list[Any] | None:
+    """The arguments of a new drainer child, with the lease taken for it; None when nothing
+    is queued or every lease is held (its holder drains what is queued)."""
+    if not WhatIfJob.objects.filter(status=JobStatus.QUEUED).exists():
+        return None
+    lease = _lease_take()
+    if lease is None:
+        return None
+    return [None, True, lease.name, lease.holder]
+
+
+def _drainer_ended(args: Sequence[Any], reason: str) -> None:
+    """A drainer child ended without finishing: free its lease (its running job is failed
+    once past its limit, ``whatif_expire``)."""
+    if len(args) >= 4 and args[2]:
+        _lease_release(Lease(name=str(args[2]), holder=str(args[3])))
+
+
 # Without a broker: the children that drain the queue, at most HEADROOM_WHATIF_WORKERS of them
-# in this process (the claim bounds them across processes).
-def _claimable() -> bool:
-    """Whether a new drainer would find work: a job queued and fewer than the bound running
-    (at the bound, a running drainer claims the next job when its own ends)."""
-    counts = dict(
-        WhatIfJob.objects.filter(status__in=ACTIVE)
-        .values_list("status")
-        .annotate(n=Count("pk"))
-        .values_list("status", "n")
-    )
-    return bool(counts.get(JobStatus.QUEUED)) and (
-        counts.get(JobStatus.RUNNING, 0) < whatif_settings().workers
-    )
-
-
+# at once (the leases bound them across web processes).
 _POOL = ChildPool(
     WHATIF_TASK,
-    [None, True],
+    start=_drainer_args,
     size=lambda: whatif_settings().workers,
     # A child drains the whole queue, one job after another, each within its own limit.
     time_limit_s=lambda: (whatif_settings().queue + 1) * (whatif_settings().time_limit_s + 5),
-    wanted=_claimable,
     nice=lambda: whatif_settings().nice,
+    on_exit=_drainer_ended,
 )
 
 
@@ -360,11 +411,19 @@ def whatif_run(
     return job
 
 
-def whatif_drain(*, isolated: bool = False, clock: Callable[[], float] = time.monotonic) -> int:
+def whatif_drain(
+    *,
+    isolated: bool = False,
+    lease: Lease | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
     """Solve queued jobs, oldest first, while fewer than the bound run; how many it solved.
 
     ``isolated``: this is a child process of the web server (or a worker) doing nothing else,
-    so it lowers its CPU priority and stops a job with an alarm at its limit.
+    so it lowers its CPU priority and stops a job with an alarm at its limit. ``lease``: the
+    drainer lease taken for this child; renewed with each job, released at the end, and taken
+    again when a job was queued meanwhile (a kick that found it held left that job to this
+    child).
     """
     if isolated and os.getpriority(os.PRIO_PROCESS, 0) < whatif_settings().nice:
         # Started without the pool's niceness (a worker started by hand): take it now.
@@ -372,10 +431,29 @@ def whatif_drain(*, isolated: bool = False, clock: Callable[[], float] = time.mo
             os.nice(whatif_settings().nice - os.getpriority(os.PRIO_PROCESS, 0))
     hard_limit = isolated or not app.conf.task_always_eager
     solved = 0
-    while (job := _claim()) is not None:
-        whatif_run(job=job, clock=clock, hard_limit=hard_limit)
-        solved += 1
-    return solved
+    try:
+        while True:
+            while (job := _claim()) is not None:
+                if lease is not None:
+                    _lease_renew(lease)
+                whatif_run(job=job, clock=clock, hard_limit=hard_limit)
+                solved += 1
+            if lease is None:
+                return solved
+            _lease_release(lease)
+            # Released first, then looked: a job queued before the release is seen here, one
+            # queued after it finds the lease free and starts a child of its own.
+            if not WhatIfJob.objects.filter(status=JobStatus.QUEUED).exists():
+                lease = None
+                return solved
+            taken = _lease_take(holder=lease.holder)
+            if taken is None:
+                lease = None
+                return solved  # another child holds it now, and drains
+            lease = taken
+    finally:
+        if lease is not None:
+            _lease_release(lease)
 
 
 def whatif_job_for(*, user: Actor | None, job_id: int) -> WhatIfJob | None:

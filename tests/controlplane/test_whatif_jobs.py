@@ -362,3 +362,64 @@ def test_the_job_response_validates_against_the_schema(
     validator = _validator(schema, "/api/plans/what-ifs/{id}/", "get", "200")
     errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(done)]
     assert not errors, errors
+
+
+def test_a_burst_of_kicks_starts_one_drainer_across_web_processes(
+    fleet: None, settings: Any
+) -> None:
+    settings.HEADROOM_WHATIF_WORKERS = 1
+    # Nothing queued: no child.
+    assert whatif_jobs._drainer_args() is None
+    whatif_submit(change=WhatIfChange(tenant=TENANT), user=None)
+    first = whatif_jobs._drainer_args()
+    assert first is not None and first[:2] == [None, True]
+    # Every other web process's kick finds the lease held: no second child.
+    assert whatif_jobs._drainer_args() is None
+    # The child drains, releases its lease, and the next kick may start one again.
+    lease = whatif_jobs.Lease(name=first[2], holder=first[3])
+    assert whatif_drain(lease=lease) == 1
+    assert whatif_jobs._drainer_args() is None  # nothing queued
+    whatif_submit(change=WhatIfChange(tenant=TENANT), user=None)
+    assert whatif_jobs._drainer_args() is not None
+
+
+def test_a_lapsed_lease_is_taken_over_and_a_dead_childs_lease_is_freed(
+    fleet: None, settings: Any
+) -> None:
+    settings.HEADROOM_WHATIF_WORKERS = 1
+    whatif_submit(change=WhatIfChange(tenant=TENANT), user=None)
+    args = whatif_jobs._drainer_args()
+    assert args is not None
+    later = timezone.now() + timedelta(seconds=whatif_jobs.LEASE_START_S + 1)
+    assert whatif_jobs._lease_take(now=later) is not None
+    # The pool reports a child that died: its lease is freed (if it still holds it).
+    taken = whatif_jobs._lease_take(now=later + timedelta(days=1))
+    assert taken is not None
+    whatif_jobs._drainer_ended([None, True, taken.name, taken.holder], "killed")
+    assert whatif_jobs._drainer_args() is not None
+
+
+def test_a_drainer_takes_its_lease_again_for_a_job_queued_while_it_finished(
+    fleet: None, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.HEADROOM_WHATIF_WORKERS = 1
+    whatif_submit(change=WhatIfChange(tenant=TENANT), user=None)
+    args = whatif_jobs._drainer_args()
+    assert args is not None
+    lease = whatif_jobs.Lease(name=args[2], holder=args[3])
+    real_claim = whatif_jobs._claim
+    claims: list[int] = []
+
+    def claim(**kwargs: Any) -> Any:
+        job = real_claim(**kwargs)
+        claims.append(0 if job is None else job.pk)
+        if job is None and len(claims) == 2:
+            # A submit lands after this drainer found nothing and before it let go.
+            whatif_submit(change=WhatIfChange(tenant=TENANT), user=None)
+        return job
+
+    monkeypatch.setattr(whatif_jobs, "_claim", claim)
+    assert whatif_drain(lease=lease) == 2
+    assert not WhatIfJob.objects.filter(status=JobStatus.QUEUED).exists()
+    # And it let go of its lease at the end.
+    assert whatif_jobs._lease_take() is not None

@@ -33,7 +33,7 @@ def test_at_most_size_children_at_once_and_one_after_the_last_kick(
     monkeypatch.setattr(
         isolated, "command", lambda name, args: [sys.executable, "-c", code, str(log)]
     )
-    pool = isolated.ChildPool("drain", [], size=lambda: 1, time_limit_s=lambda: 60)
+    pool = isolated.ChildPool("drain", start=lambda: [], size=lambda: 1, time_limit_s=lambda: 60)
     pool.kick()
     deadline = time.monotonic() + 30
     while not (log.exists() and log.read_text()) and time.monotonic() < deadline:
@@ -55,11 +55,10 @@ def test_at_most_size_children_at_once_and_one_after_the_last_kick(
 def test_no_child_when_none_would_find_work(monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[Any] = []
     monkeypatch.setattr(isolated, "_run_child", lambda *a, **kw: started.append(a))
-    pool = isolated.ChildPool(
-        "drain", [], size=lambda: 2, time_limit_s=lambda: 60, wanted=lambda: False
-    )
+    pool = isolated.ChildPool("drain", start=lambda: None, size=lambda: 2, time_limit_s=lambda: 60)
     pool.kick()
-    assert pool.alive == 0 and started == []
+    _wait_idle(pool)
+    assert started == []
 
 
 def test_children_are_niced_before_they_import_anything(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,7 +72,9 @@ def test_children_are_niced_before_they_import_anything(monkeypatch: pytest.Monk
         return real_run(*args, **kwargs)
 
     monkeypatch.setattr(isolated.subprocess, "run", run)
-    pool = isolated.ChildPool("drain", [], size=lambda: 1, time_limit_s=lambda: 60, nice=lambda: 7)
+    pool = isolated.ChildPool(
+        "drain", start=lambda: [], size=lambda: 1, time_limit_s=lambda: 60, nice=lambda: 7
+    )
     pool.kick()
     _wait_idle(pool)
     assert seen == ["7"]
@@ -107,7 +108,7 @@ def test_a_kick_racing_the_end_of_a_child_is_not_lost(monkeypatch: pytest.Monkey
             release.wait(10)
 
     monkeypatch.setattr(isolated, "_run_child", child)
-    pool = isolated.ChildPool("drain", [], size=lambda: 1, time_limit_s=lambda: 60)
+    pool = isolated.ChildPool("drain", start=lambda: [], size=lambda: 1, time_limit_s=lambda: 60)
     pool.kick()
     deadline = time.monotonic() + 10
     while not runs and time.monotonic() < deadline:
