@@ -47,6 +47,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Q
@@ -187,7 +188,8 @@ def whatif_submit(
     whatif_validate(change=change)
     conf = whatif_settings()
     now = now or timezone.now()
-    requested_by = user if getattr(user, "pk", None) is not None else None
+    # Every signed-in user is a stored User (the project keeps Django's user model).
+    requested_by = user if isinstance(user, User) else None
     with transaction.atomic():
         _serialized()
         whatif_expire(now=now)
