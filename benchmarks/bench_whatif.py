@@ -383,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         stop(web)
         lines = log_path.read_text(errors="replace").splitlines()
-        errors = [line for line in lines if "Traceback" in line or "ERROR" in line]
+        errors = [line for line in lines if "Error" in line or "ERROR" in line or "File " in line]
         if errors:
             print("gunicorn log (errors):", *errors[:20], sep="\n", file=sys.stderr)
 

@@ -235,7 +235,8 @@ class WhatIfViewSet(QueryGuardMixin, TenantScopeMixin, viewsets.GenericViewSet[W
             if exc.busy:
                 raise WhatIfBusy(exc.message, exc.retry_after_s) from exc
             raise exceptions.Throttled(wait=exc.retry_after_s, detail=exc.message) from exc
-        job.refresh_from_db()
+        # As it stands now (solved already where the task runs in this process).
+        job = self.get_queryset().get(pk=job.pk)
         location = reverse("plan-what-if-detail", kwargs={"pk": job.pk})
         return Response(
             WhatIfJobSerializer(job).data,

@@ -50,7 +50,7 @@ from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from controlplane.celery import app
@@ -190,41 +190,47 @@ def whatif_submit(
     now = now or timezone.now()
     # Every signed-in user is a stored User (the project keeps Django's user model).
     requested_by = user if isinstance(user, User) else None
+    window_start = now - timedelta(seconds=RATE_WINDOW_S)
     with transaction.atomic():
         _serialized()
         whatif_expire(now=now)
-        if requested_by is not None:
-            unfinished_of_user = WhatIfJob.objects.filter(
-                requested_by=requested_by, status__in=ACTIVE
-            )
-            if unfinished_of_user.count() >= conf.per_user:
-                mine = list(unfinished_of_user)
-                ends = [d for d in (_deadline(job, conf) for job in mine) if d is not None]
-                wait = min(ends) - now if ends else timedelta(seconds=conf.time_limit_s)
-                raise WhatIfRefused(
-                    f"You have {len(mine)} what-ifs queued or running (at most "
-                    f"{conf.per_user} at a time); wait for one to finish.",
-                    retry_after_s=min(wait.total_seconds(), conf.time_limit_s),
-                )
-            if rate_limited(requested_by):
-                window_start = now - timedelta(seconds=RATE_WINDOW_S)
-                recent = list(
-                    WhatIfJob.objects.filter(requested_by=requested_by, created_at__gt=window_start)
-                    .order_by("created_at")
-                    .values_list("created_at", flat=True)
-                )
-                if len(recent) >= conf.viewer_per_hour:
-                    oldest = recent[len(recent) - conf.viewer_per_hour]
-                    wait = oldest + timedelta(seconds=RATE_WINDOW_S) - now
-                    raise WhatIfRefused(
-                        f"A viewer may ask for {conf.viewer_per_hour} what-ifs an hour; "
-                        f"try again in {max(1, math.ceil(wait.total_seconds()))} s.",
-                        retry_after_s=wait.total_seconds(),
-                    )
-        unfinished = WhatIfJob.objects.filter(status__in=ACTIVE).count()
-        if unfinished >= conf.queue:
+        # The three counts the bounds need, in one query.
+        active = Q(status__in=ACTIVE)
+        counts = WhatIfJob.objects.aggregate(
+            unfinished=Count("pk", filter=active),
+            mine=Count("pk", filter=active & Q(requested_by=requested_by)),
+            recent=Count("pk", filter=Q(requested_by=requested_by, created_at__gt=window_start)),
+        )
+        if requested_by is not None and counts["mine"] >= conf.per_user:
+            mine = list(WhatIfJob.objects.filter(active, requested_by=requested_by))
+            ends = [d for d in (_deadline(job, conf) for job in mine) if d is not None]
+            wait = min(ends) - now if ends else timedelta(seconds=conf.time_limit_s)
             raise WhatIfRefused(
-                f"The what-if queue is full ({unfinished} queued or running); try again shortly.",
+                f"You have {len(mine)} what-ifs queued or running (at most "
+                f"{conf.per_user} at a time); wait for one to finish.",
+                retry_after_s=min(wait.total_seconds(), conf.time_limit_s),
+            )
+        if (
+            requested_by is not None
+            and counts["recent"] >= conf.viewer_per_hour
+            and rate_limited(requested_by)
+        ):
+            # The one whose ageing out lets this user ask again.
+            recent = list(
+                WhatIfJob.objects.filter(requested_by=requested_by, created_at__gt=window_start)
+                .order_by("-created_at")
+                .values_list("created_at", flat=True)[: conf.viewer_per_hour]
+            )
+            wait = recent[-1] + timedelta(seconds=RATE_WINDOW_S) - now
+            raise WhatIfRefused(
+                f"A viewer may ask for {conf.viewer_per_hour} what-ifs an hour; "
+                f"try again in {max(1, math.ceil(wait.total_seconds()))} s.",
+                retry_after_s=wait.total_seconds(),
+            )
+        if counts["unfinished"] >= conf.queue:
+            raise WhatIfRefused(
+                f"The what-if queue is full ({counts['unfinished']} queued or running); try "
+                "again shortly.",
                 retry_after_s=conf.time_limit_s,
                 busy=True,
             )
