@@ -37,6 +37,7 @@ import asyncio
 import os
 import re
 import secrets
+import shlex
 import statistics
 import subprocess
 import sys
@@ -326,6 +327,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--database-url", default="", help="PostgreSQL (dropped and created); default SQLite"
     )
+    parser.add_argument(
+        "--gunicorn", default="", help="extra gunicorn options after the manifest's"
+    )
+    parser.add_argument(
+        "--keep-log", type=Path, help="copy gunicorn's log (access log included) here"
+    )
     args = parser.parse_args(argv)
 
     tmp_dir = tempfile.TemporaryDirectory(prefix="bench-whatif-")
@@ -367,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     connections.close_all()
 
     port = free_port()
-    command = web_command(port, [])
+    command = web_command(port, shlex.split(args.gunicorn))
     log_path = tmp / "gunicorn.log"
     with log_path.open("wb") as log:
         web = subprocess.Popen(
@@ -382,6 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         loaded, previews, sent = asyncio.run(bench.with_previews(args.previewers))
     finally:
         stop(web)
+        if args.keep_log is not None:
+            args.keep_log.write_bytes(log_path.read_bytes())
         lines = log_path.read_text(errors="replace").splitlines()
         errors = [line for line in lines if "Error" in line or "ERROR" in line or "File " in line]
         if errors:

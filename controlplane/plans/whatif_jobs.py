@@ -50,7 +50,8 @@ from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Count, Q
+from django.db.models import Count, Q, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from controlplane.celery import app
@@ -289,6 +290,19 @@ def _lease_release(lease: Lease) -> None:
     )
 
 
+def _drainer_would_claim() -> bool:
+    """Whether a job is queued and fewer than the bound run."""
+    counts = dict(
+        WhatIfJob.objects.filter(status__in=ACTIVE)
+        .order_by()
+        .values("status")
+        .annotate(n=Count("pk"))
+        .values_list("status", "n")
+    )
+    queued, running = counts.get(JobStatus.QUEUED, 0), counts.get(JobStatus.RUNNING, 0)
+    return queued > 0 and running < whatif_settings().workers
+
+
 def _drainer_args() -> list[Any] | None:
     """The arguments of a new drainer child, with the lease taken for it; None when nothing
     is queued or every lease is held (its holder drains what is queued)."""
@@ -330,22 +344,40 @@ def _send(job_id: int) -> None:
 
 
 def _claim(*, now: datetime | None = None) -> WhatIfJob | None:
-    """Move the oldest queued job to running, if fewer than the bound run; None otherwise."""
+    """Move the oldest queued job to running, if fewer than the bound run; None otherwise.
+
+    The decision is one UPDATE whose WHERE counts the running jobs, so no lock is held
+    between statements: the drainer runs at a low CPU priority, and a lock it held while the
+    scheduler set it aside would stall every submit (priority inversion).
+    """
     conf = whatif_settings()
     now = now or timezone.now()
-    with transaction.atomic():
-        _serialized()
-        whatif_expire(now=now)
-        if WhatIfJob.objects.filter(status=JobStatus.RUNNING).count() >= conf.workers:
-            return None
-        job = WhatIfJob.objects.filter(status=JobStatus.QUEUED).order_by("created_at", "pk").first()
-        if job is None:
-            return None
-        WhatIfJob.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
-            status=JobStatus.RUNNING, started_at=now
-        )
-    job.refresh_from_db()
-    return job
+    whatif_expire(now=now)
+    oldest = (
+        WhatIfJob.objects.filter(status=JobStatus.QUEUED)
+        .order_by("created_at", "pk")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if oldest is None:
+        return None
+    running = (
+        WhatIfJob.objects.filter(status=JobStatus.RUNNING)
+        .order_by()
+        .values("status")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    # Two drainers that pick the same job: the second finds it running and takes nothing.
+    claimed = (
+        WhatIfJob.objects.filter(pk=oldest, status=JobStatus.QUEUED)
+        .alias(running=Coalesce(Subquery(running), 0))
+        .filter(running__lt=conf.workers)
+        .update(status=JobStatus.RUNNING, started_at=now)
+    )
+    if not claimed:
+        return None
+    return WhatIfJob.objects.get(pk=oldest)
 
 
 @contextlib.contextmanager
@@ -450,8 +482,10 @@ def whatif_drain(
                 return solved
             _lease_release(lease)
             # Released first, then looked: a job queued before the release is seen here, one
-            # queued after it finds the lease free and starts a child of its own.
-            if not WhatIfJob.objects.filter(status=JobStatus.QUEUED).exists():
+            # queued after it finds the lease free and starts a child of its own. At the
+            # bound (a job still running whose process died, until it is failed past its
+            # limit), there is nothing to take now: stop rather than spin.
+            if not _drainer_would_claim():
                 lease = None
                 return solved
             taken = _lease_take(holder=lease.holder)

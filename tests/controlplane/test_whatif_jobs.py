@@ -423,3 +423,23 @@ def test_a_drainer_takes_its_lease_again_for_a_job_queued_while_it_finished(
     assert not WhatIfJob.objects.filter(status=JobStatus.QUEUED).exists()
     # And it let go of its lease at the end.
     assert whatif_jobs._lease_take() is not None
+
+
+def test_a_drainer_at_the_bound_stops_instead_of_spinning(fleet: None, settings: Any) -> None:
+    settings.HEADROOM_WHATIF_WORKERS = 1
+    # A job whose process died is still "running" (within its limit); another waits.
+    stuck = whatif_submit(change=WhatIfChange(tenant=TENANT), user=None)
+    assert whatif_jobs._claim() is not None
+    waiting = whatif_submit(change=WhatIfChange(tenant=TENANT), user=None)
+    lease = whatif_jobs._lease_take()
+    assert lease is not None
+    assert whatif_drain(lease=lease) == 0
+    assert WhatIfJob.objects.get(pk=waiting.pk).status == JobStatus.QUEUED
+    assert WhatIfJob.objects.get(pk=stuck.pk).status == JobStatus.RUNNING
+    # Once the dead one is past its limit, the next drainer fails it and solves the other.
+    WhatIfJob.objects.filter(pk=stuck.pk).update(
+        started_at=timezone.now() - timedelta(seconds=60 + EXPIRY_GRACE_S + 1)
+    )
+    assert whatif_drain() == 1
+    assert WhatIfJob.objects.get(pk=waiting.pk).status == JobStatus.SUCCEEDED
+    assert WhatIfJob.objects.get(pk=stuck.pk).status == JobStatus.FAILED
