@@ -292,13 +292,14 @@ def _lease_release(lease: Lease) -> None:
 
 def _drainer_would_claim() -> bool:
     """Whether a job is queued and fewer than the bound run."""
-    counts = dict(
-        WhatIfJob.objects.filter(status__in=ACTIVE)
+    counts: dict[str, int] = {
+        str(status): int(n)
+        for status, n in WhatIfJob.objects.filter(status__in=ACTIVE)
         .order_by()
         .values("status")
         .annotate(n=Count("pk"))
         .values_list("status", "n")
-    )
+    }
     queued, running = counts.get(JobStatus.QUEUED, 0), counts.get(JobStatus.RUNNING, 0)
     return queued > 0 and running < whatif_settings().workers
 
