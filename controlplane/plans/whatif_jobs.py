@@ -11,8 +11,9 @@ one (the embedded default), a child process of the web server, started by a boun
 (``controlplane.core.isolated.ChildPool``) at a lower CPU priority (``HEADROOM_WHATIF_NICE``),
 so the web workers keep their cores. Either way the task drains the queue: it claims the
 oldest queued job while fewer than ``HEADROOM_WHATIF_WORKERS`` run, solves it, and claims the
-next, so the bound holds across web processes and workers (the claim is one serialized
-transaction).
+next, so the bound holds across web processes and workers (the claim is one conditional
+UPDATE that counts the running jobs). Submits are serialized with each other, so two at once
+cannot both pass a bound.
 
 Bounds (``whatif_settings``), each refused with a reason and ``Retry-After``:
 
@@ -126,7 +127,7 @@ def rate_limited(user: Actor | None) -> bool:
 
 
 def _serialized() -> None:
-    """Inside a transaction: wait for every other submit or claim to finish (a row lock;
+    """Inside a transaction: wait for every other submit to finish (a row lock;
     on SQLite, transactions already take the write lock when they begin)."""
     if not connection.features.has_select_for_update:
         return
