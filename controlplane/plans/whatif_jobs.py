@@ -172,9 +172,12 @@ def whatif_expire(*, now: datetime | None = None, job_id: int | None = None) -> 
         (JobStatus.QUEUED, "created_at", queued_before),
         (JobStatus.RUNNING, "started_at", running_before),
     ):
-        failed += rows.filter(status=status, **{f"{field}__lt": before}).update(
-            status=JobStatus.FAILED, finished_at=now, error=_overdue_error(status, conf)
-        )
+        overdue = rows.filter(status=status, **{f"{field}__lt": before})
+        # Read first: nearly always there is none, and a read takes no write lock.
+        if overdue.exists():
+            failed += overdue.update(
+                status=JobStatus.FAILED, finished_at=now, error=_overdue_error(status, conf)
+            )
     return failed
 
 
@@ -266,12 +269,17 @@ def _lease_take(*, now: datetime | None = None, holder: str | None = None) -> Le
     every one is held."""
     now = now or timezone.now()
     holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-    for n in range(whatif_settings().workers):
-        name = f"{LEASE_PREFIX}{n}"
-        PlannerLock.objects.get_or_create(name=name)
-        taken = PlannerLock.objects.filter(
-            Q(holder="") | Q(expires_at__lt=now) | Q(expires_at__isnull=True), name=name
-        ).update(holder=holder, expires_at=now + timedelta(seconds=LEASE_START_S))
+    names = [f"{LEASE_PREFIX}{n}" for n in range(whatif_settings().workers)]
+    free = Q(holder="") | Q(expires_at__lt=now) | Q(expires_at__isnull=True)
+    rows = dict(PlannerLock.objects.filter(name__in=names).values_list("name", "pk"))
+    for name in names:
+        if name not in rows:
+            PlannerLock.objects.get_or_create(name=name)
+    # Read first: in a burst every lease is held, and a read takes no write lock.
+    for name in PlannerLock.objects.filter(free, name__in=names).values_list("name", flat=True):
+        taken = PlannerLock.objects.filter(free, name=name).update(
+            holder=holder, expires_at=now + timedelta(seconds=LEASE_START_S)
+        )
         if taken:
             return Lease(name=name, holder=holder)
     return None
