@@ -443,3 +443,25 @@ def test_a_drainer_at_the_bound_stops_instead_of_spinning(fleet: None, settings:
     assert whatif_drain() == 1
     assert WhatIfJob.objects.get(pk=waiting.pk).status == JobStatus.SUCCEEDED
     assert WhatIfJob.objects.get(pk=stuck.pk).status == JobStatus.FAILED
+
+
+def test_the_alarm_stops_a_step_in_the_main_thread_and_is_cleared_after() -> None:
+    import signal
+    import threading
+    import time
+
+    with pytest.raises(WhatIfTimeLimit, match=r"time limit of 0\.05 s"):
+        with whatif_jobs._alarm(0.05):
+            time.sleep(30)  # a step that would not end on its own
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    # Off the main thread (a web server's thread) there is no alarm to set: nothing happens.
+    outcome: list[str] = []
+
+    def elsewhere() -> None:
+        with whatif_jobs._alarm(0.01):
+            outcome.append("ran")
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join(10)
+    assert outcome == ["ran"]
