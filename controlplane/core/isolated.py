@@ -11,6 +11,10 @@ body exactly as a worker would. The request answers at once; whatever becomes of
 the web process goes on. When the child ends without finishing (a crash, a signal, the time
 limit), the task's ``isolated_exit(args, reason)`` records why, so the run is failed with a
 reason rather than left running. With a broker, isolated tasks go to the workers like any.
+
+``ChildPool`` bounds such children: at most ``size`` of one task at a time in this process,
+each started again while work is pending (a task that drains a queue of job rows, such as the
+what-if solves, ``controlplane.plans.whatif_jobs``).
 """
 
 from __future__ import annotations
@@ -53,6 +57,47 @@ def command(name: str, args: Sequence[Any]) -> list[str]:
     return [sys.executable, "-m", "controlplane.core.isolated", name, json.dumps(list(args))]
 
 
+# The child's CPU niceness, set before it imports anything (``ChildPool(nice=...)``).
+NICE_ENV = "HEADROOM_ISOLATED_NICE"
+
+
+def _run_child(
+    name: str,
+    args: Sequence[Any],
+    *,
+    on_exit: Callable[[Sequence[Any], str], None] | None,
+    time_limit_s: float,
+    nice: int = 0,
+) -> None:
+    """Run task ``name`` in a child process and wait for it; a child that does not end
+    cleanly is reported to ``on_exit`` with the reason."""
+    env = os.environ.copy()
+    if nice:
+        env[NICE_ENV] = str(nice)
+    try:
+        done = subprocess.run(
+            command(name, args),
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=time_limit_s,
+            check=False,
+        )
+        reason = None if done.returncode == 0 else exit_reason(done.returncode, done.stderr)
+    except subprocess.TimeoutExpired:
+        reason = f"the task's process ran past its time limit of {time_limit_s:g} s"
+    except OSError as exc:
+        reason = f"the task's process could not start: {exc}"
+    if reason is not None:
+        log.error("isolated task %s%s failed: %s", name, tuple(args), reason)
+        if on_exit is not None:
+            try:
+                on_exit(args, reason)
+            except Exception:
+                log.exception("recording the end of isolated task %s failed", name)
+
+
 def run_in_child(
     name: str,
     args: Sequence[Any],
@@ -64,33 +109,89 @@ def run_in_child(
     that does not end cleanly is reported to ``on_exit`` with the reason."""
 
     def watch() -> None:
-        try:
-            done = subprocess.run(
-                command(name, args),
-                cwd=REPO,
-                env=os.environ.copy(),
-                capture_output=True,
-                text=True,
-                timeout=time_limit_s,
-                check=False,
-            )
-            reason = None if done.returncode == 0 else exit_reason(done.returncode, done.stderr)
-        except subprocess.TimeoutExpired:
-            reason = f"the task's process ran past its time limit of {time_limit_s:g} s"
-        except OSError as exc:
-            reason = f"the task's process could not start: {exc}"
-        if reason is not None:
-            log.error("isolated task %s%s failed: %s", name, tuple(args), reason)
-            if on_exit is not None:
-                try:
-                    on_exit(args, reason)
-                except Exception:
-                    log.exception("recording the end of isolated task %s failed", name)
+        _run_child(name, args, on_exit=on_exit, time_limit_s=time_limit_s)
         connections.close_all()  # this thread's connections, not the request's
 
     thread = threading.Thread(target=watch, name=f"isolated:{name}", daemon=True)
     thread.start()
     return thread
+
+
+class ChildPool:
+    """At most ``size()`` children running task ``name`` at once in this process, for a task
+    that drains a queue: each ``kick`` for which ``start()`` gives the child's arguments is
+    followed by a child that starts after it, so work queued before the kick is seen by a
+    child.
+
+    ``start()`` decides whether a new child would find work, and returns its arguments, or
+    None for no child (for a job queue: nothing queued, or every drainer's lease is held by a
+    child that will take the next job itself), so a kick costs no process start when none is
+    needed. A watcher thread runs children one after another while kicks are pending; a kick
+    starts a new watcher only when fewer than ``size()`` are alive. The pending flag is taken
+    under the lock before each child starts, so a kick that lands while a child is finishing
+    starts the next one instead of being lost. ``nice``: the children's CPU niceness, from
+    their first instruction (0: the parent's).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        start: Callable[[], Sequence[Any] | None],
+        size: Callable[[], int],
+        time_limit_s: Callable[[], float],
+        nice: Callable[[], int] = lambda: 0,
+        on_exit: Callable[[Sequence[Any], str], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.start = start
+        self.size = size
+        self.time_limit_s = time_limit_s
+        self.nice = nice
+        self.on_exit = on_exit
+        self._lock = threading.Lock()
+        self._pending = False
+        self._watchers: set[threading.Thread] = set()
+
+    def kick(self) -> None:
+        with self._lock:
+            self._pending = True
+            if len(self._watchers) < max(1, self.size()):
+                thread = threading.Thread(
+                    target=self._watch, name=f"isolated-pool:{self.name}", daemon=True
+                )
+                self._watchers.add(thread)
+                thread.start()
+
+    @property
+    def alive(self) -> int:
+        with self._lock:
+            return len(self._watchers)
+
+    def _watch(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if not self._pending:
+                        self._watchers.discard(threading.current_thread())
+                        return
+                    self._pending = False
+                args = self.start()
+                if args is None:
+                    continue
+                _run_child(
+                    self.name,
+                    args,
+                    on_exit=self.on_exit,
+                    time_limit_s=self.time_limit_s(),
+                    nice=self.nice(),
+                )
+        except Exception:
+            log.exception("the pool of task %s failed to start a child", self.name)
+        finally:
+            with self._lock:
+                self._watchers.discard(threading.current_thread())
+            connections.close_all()
 
 
 def main(argv: Sequence[str]) -> int:
@@ -99,6 +200,9 @@ def main(argv: Sequence[str]) -> int:
         print("usage: python -m controlplane.core.isolated TASK_NAME ARGS_JSON", file=sys.stderr)
         return 2
     name, raw = argv
+    nice = int(os.environ.pop(NICE_ENV, "0") or 0)
+    if nice:
+        os.nice(nice)  # before the imports: a child's start is background work too
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
     django.setup()
     # After setup: the apps register their tasks when they are ready.

@@ -136,7 +136,8 @@ class PlanViewSet(ReadOnlyViewSet):
         summary="Re-plan now",
         description=(
             "Queue a re-plan run (policy-admin). Answers 202 with the run; follow it at "
-            "/api/plans/runs/{id}/. Without a broker the run has finished when this answers."
+            "/api/plans/runs/{id}/. It runs off the web server: on a worker, or without a "
+            "broker in a child process of its own."
         ),
         request=ReplanRequestSerializer,
         responses={202: ReplanRunSerializer},

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from controlplane.core.jobs import Job
 
@@ -186,3 +187,23 @@ class PlanDecision(models.Model):
 
     def __str__(self) -> str:
         return f"plan v{self.plan.version} {self.action}"
+
+
+class WhatIfJob(Job):
+    """One what-if preview asked for from the web or the API: the change, who asked, and the
+    preview once solved (``controlplane.plans.whatif_jobs``). The solve runs off the web
+    worker; the page and the API poll this row."""
+
+    tenant = models.CharField(max_length=200, help_text="The tenant the change is about.")
+    change = models.JSONField(help_text="The change previewed (WhatIfChange's fields).")
+    result = models.JSONField(
+        null=True, blank=True, help_text="The preview (WhatIfResult's fields) once succeeded."
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [models.Index(fields=["status", "created_at"], name="whatif_status_created")]
+
+    def __str__(self) -> str:
+        return f"what-if #{self.pk} for {self.tenant} ({self.status})"

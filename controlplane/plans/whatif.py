@@ -6,7 +6,12 @@ problem comes from the same builder and the same validation as a saved change; t
 the tenant's demands for the workload part of the change (traffic × k, prompt tokens added),
 solves it with the active plan as ``previous``, and compares the result with the plan for the
 unchanged inputs (the active plan when its inputs hash is the current one, else a solve of the
-unchanged problem). Nothing is stored: no plan, no run, no history row.
+unchanged problem). Nothing is stored: no plan, no run, no history row. Given a time limit,
+each solve gets at most what is left of it and a preview past it raises ``WhatIfTimeLimit``.
+
+Asked for from the web or the API, a preview runs as a job off the web worker
+(``controlplane.plans.whatif_jobs``); ``whatif_validate`` checks a change at once, before it
+is queued, and ``result_as_dict`` / ``result_from_dict`` store the result on the job's row.
 
 ``whatif_apply`` saves the policy part (residency regions, tier) through ``tenant_save``, the
 service behind the admin and the API. Traffic and prompt length describe what a tenant sends;
@@ -15,9 +20,10 @@ they are measured by telemetry, not set, so they are preview-only.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -116,6 +122,39 @@ class _Rollback(Exception):
     """Raised inside the preview's transaction to undo the tenant change."""
 
 
+class WhatIfTimeLimit(Exception):
+    """The preview ran past its time limit; the message says so in words."""
+
+
+@dataclass(frozen=True)
+class _Deadline:
+    """What is left of a preview's time limit (None: no limit), on ``clock``."""
+
+    limit_s: float | None
+    clock: Callable[[], float]
+    start: float
+
+    def remaining_s(self) -> float | None:
+        if self.limit_s is None:
+            return None
+        return self.limit_s - (self.clock() - self.start)
+
+    def check(self, step: str) -> None:
+        left = self.remaining_s()
+        if left is not None and left <= 0:
+            assert self.limit_s is not None
+            raise WhatIfTimeLimit(
+                f"The preview ran past its time limit of {self.limit_s:g} s ({step}); "
+                "try a smaller change, or ask an operator to raise HEADROOM_WHATIF_TIME_LIMIT_S."
+            )
+
+    def solve_limit_s(self, configured: float) -> float:
+        """The solver's limit: the configured one, or what is left when that is less (a
+        solve stopped at its limit returns its best plan, ``feasible``)."""
+        left = self.remaining_s()
+        return configured if left is None else max(0.1, min(configured, left))
+
+
 def _tenant(name: str) -> Tenant:
     tenant = Tenant.objects.select_related("tier", "home_region").filter(name=name).first()
     if tenant is None:
@@ -209,29 +248,59 @@ def unserved_reasons(binding: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def whatif_preview(*, change: WhatIfChange) -> WhatIfResult:
+def whatif_validate(*, change: WhatIfChange) -> None:
+    """Check ``change`` as the preview would, without solving: the workload ranges, the tenant,
+    and the policy part saved inside a transaction that is rolled back (``tenant_save``'s
+    validation). Raises ``ValidationError`` naming the field."""
+    _check_workload(change)
+    tenant = _tenant(change.tenant)
+    if change.changes_policy:
+        try:
+            with transaction.atomic():
+                _apply_policy(tenant, change)
+                raise _Rollback
+        except _Rollback:
+            pass
+
+
+def whatif_preview(
+    *,
+    change: WhatIfChange,
+    time_limit_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> WhatIfResult:
     """Re-solve with ``change`` applied and compare; stores nothing (see the module docstring).
 
     Raises ``ValidationError`` naming the field for an unknown tenant, tier or region, a
-    residency list the tenant's rules refuse, or a workload change out of range.
+    residency list the tenant's rules refuse, or a workload change out of range; with
+    ``time_limit_s`` (seconds on ``clock``), ``WhatIfTimeLimit`` when the preview runs past it.
     """
+    deadline = _Deadline(limit_s=time_limit_s, clock=clock, start=clock())
     _check_workload(change)
     _tenant(change.tenant)
     settings = replan_settings()
     current = replan_inputs(settings=settings)
+    deadline.check("building the problem")
     active = selectors.plan_active()
     if active is not None and active.inputs_hash == current.inputs_hash:
         base = PlanDocuments(active.problem, active.solution)
         baseline, baseline_status = f"active plan v{active.version}", active.solver_status
     else:
         problem = with_previous(current.problem, active)
-        solution = _solve(problem, time_limit_s=settings.time_limit_s, settings=settings)
+        solution = _solve(
+            problem, time_limit_s=deadline.solve_limit_s(settings.time_limit_s), settings=settings
+        )
         base = PlanDocuments(problem, solution)
         baseline = "the current inputs, re-solved (no active plan was made from them)"
         baseline_status = str(solution.get("status"))
+        deadline.check("solving the unchanged inputs")
     changed = _changed_inputs(change) if change.changes_policy else current
     problem = _scaled(with_previous(changed.problem, active), change)
-    solution = _solve(problem, time_limit_s=settings.time_limit_s, settings=settings)
+    deadline.check("building the changed problem")
+    solution = _solve(
+        problem, time_limit_s=deadline.solve_limit_s(settings.time_limit_s), settings=settings
+    )
+    deadline.check("solving the changed problem")
     if solution.get("status") == Plan.SolverStatus.INVALID:
         raise ValidationError(
             {"__all__": f"The changed problem is invalid: {solution.get('message', '?')}"}
@@ -275,6 +344,63 @@ def whatif_preview(*, change: WhatIfChange) -> WhatIfResult:
         unserved_after=float(diff["unserved_requests_per_s"]["after"]),
         demands=sorted(d["id"] for d in problem["demands"] if d.get("tenant") == change.tenant),
         warnings=list(changed.warnings),
+    )
+
+
+def change_as_dict(change: WhatIfChange) -> dict[str, Any]:
+    """``change`` as JSON-ready fields (the job row's ``change``)."""
+    out = asdict(change)
+    if change.residency_regions is not None:
+        out["residency_regions"] = list(change.residency_regions)
+    return out
+
+
+def change_from_dict(data: Mapping[str, Any]) -> WhatIfChange:
+    regions = data.get("residency_regions")
+    return WhatIfChange(
+        tenant=str(data["tenant"]),
+        residency_regions=None if regions is None else tuple(str(r) for r in regions),
+        tier=None if data.get("tier") is None else str(data["tier"]),
+        traffic_factor=float(data.get("traffic_factor", 1.0)),
+        prompt_tokens_delta=float(data.get("prompt_tokens_delta", 0.0)),
+    )
+
+
+def result_as_dict(result: WhatIfResult) -> dict[str, Any]:
+    """``result`` as JSON-ready fields, with the changes (after - before) spelled out."""
+    out = asdict(result)
+    out["change"] = change_as_dict(result.change)
+    out["cost_change"] = result.cost_change
+    for row, region in zip(out["regions"], result.regions, strict=True):
+        row["replica_change"] = region.replica_change
+        row["cost_change"] = region.cost_change
+    return out
+
+
+def result_from_dict(data: Mapping[str, Any]) -> WhatIfResult:
+    """The result ``result_as_dict`` stored (derived fields are recomputed)."""
+    region_fields = RegionChange.__dataclass_fields__
+    unserved_fields = NewlyUnserved.__dataclass_fields__
+    return WhatIfResult(
+        change=change_from_dict(data["change"]),
+        baseline=str(data["baseline"]),
+        baseline_status=str(data["baseline_status"]),
+        status=str(data["status"]),
+        gap=None if data.get("gap") is None else float(data["gap"]),
+        cost_before=float(data["cost_before"]),
+        cost_after=float(data["cost_after"]),
+        regions=[
+            RegionChange(**{k: v for k, v in row.items() if k in region_fields})
+            for row in data["regions"]
+        ],
+        newly_unserved=[
+            NewlyUnserved(**{k: v for k, v in row.items() if k in unserved_fields})
+            for row in data["newly_unserved"]
+        ],
+        unserved_before=float(data["unserved_before"]),
+        unserved_after=float(data["unserved_after"]),
+        demands=[str(d) for d in data["demands"]],
+        warnings=[str(w) for w in data.get("warnings", [])],
     )
 
 

@@ -1,7 +1,7 @@
 """The operators' pages, mounted at ``/``."""
 
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, re_path
 
 from controlplane.web import views
 
@@ -16,6 +16,8 @@ urlpatterns = [
     path("tenants/", views.tenant_list, name="tenants"),
     path("tenants/<slug:name>/", views.tenant_detail, name="tenant"),
     path("what-if/", views.whatif, name="whatif"),
+    # Ids are bigints: more digits cannot name a row.
+    re_path(r"^what-if/jobs/(?P<job_id>[0-9]{1,18})/$", views.whatif_job, name="whatif-job"),
     path("drift/", views.drift_alerts, name="drift"),
     path("finance/", views.finance_overview, name="finance"),
     path(

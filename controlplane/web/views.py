@@ -17,6 +17,7 @@ from django.http import (
     HttpResponse,
     HttpResponsePermanentRedirect,
     HttpResponseRedirect,
+    JsonResponse,
 )
 from django.shortcuts import render
 from django.templatetags.static import static
@@ -25,8 +26,14 @@ from django.views.decorators.http import require_http_methods
 
 from controlplane.core.roles import POLICY_ADMIN, ROLES, user_roles
 from controlplane.plans import services as plan_services
-from controlplane.plans.models import Plan
-from controlplane.plans.whatif import whatif_apply, whatif_preview
+from controlplane.plans.models import Plan, WhatIfJob
+from controlplane.plans.whatif import change_from_dict, result_from_dict, whatif_apply
+from controlplane.plans.whatif_jobs import (
+    WhatIfRefused,
+    queue_position,
+    whatif_job_for,
+    whatif_submit,
+)
 from controlplane.policies.forms import tier_label
 from controlplane.telemetry.histograms import COARSE_RELATIVE_WIDTH
 from controlplane.telemetry.models import DriftAlert
@@ -231,14 +238,63 @@ def tenant_detail(request: HttpRequest, name: str) -> HttpResponse:
     )
 
 
+def _whatif_initial(job: WhatIfJob) -> dict[str, Any]:
+    """The form's fields for the change ``job`` previews."""
+    change = change_from_dict(job.change)
+    initial: dict[str, Any] = {
+        "tenant": change.tenant,
+        "traffic_factor": change.traffic_factor,
+        "prompt_tokens_delta": change.prompt_tokens_delta,
+    }
+    if change.residency_regions is not None:
+        initial["change_residency"] = True
+        initial["residency_regions"] = list(change.residency_regions)
+    else:
+        chosen = selectors.tenant_for_page(change.tenant)
+        if chosen is not None:
+            initial["residency_regions"] = [r.name for r in chosen.residency_regions.all()]
+    if change.tier is not None:
+        initial["tier"] = change.tier
+    return initial
+
+
+def _whatif_progress(job: WhatIfJob) -> dict[str, Any]:
+    """What the page says while ``job`` waits or runs, and whether it has finished."""
+    ahead = queue_position(job)
+    if job.status == WhatIfJob.Status.QUEUED:
+        text = (
+            "Queued: next to be solved."
+            if not ahead
+            else f"Queued: {ahead} what-if{'s' if ahead != 1 else ''} ahead of this one."
+        )
+    elif job.status == WhatIfJob.Status.RUNNING:
+        text = "Re-solving the placement…"
+    elif job.status == WhatIfJob.Status.SUCCEEDED:
+        text = "Solved."
+    else:
+        text = f"Failed: {job.error}"
+    return {
+        "id": job.pk,
+        "status": job.status,
+        "done": not job.is_active,
+        "queue_position": ahead,
+        "message": text,
+    }
+
+
 @role_required()
 @require_http_methods(["GET", "POST"])
 def whatif(request: HttpRequest) -> HttpResponse:
-    """GET: the form. POST ``preview``: re-solve with the change, store nothing. POST ``save``
-    (policy-admin): apply the policy part through the admin's service."""
+    """GET: the form, or with ``?job=`` the form for that what-if with its progress or its
+    preview. POST ``preview``: check the change and queue its preview (solved off the web
+    worker), then show it at ``?job=``. POST ``save`` (policy-admin): apply the policy part
+    through the admin's service."""
     can_save = _is_policy_admin(request)
     result = None
+    job = None
     errors: list[str] = []
+    status = 200
+    headers: dict[str, str] = {}
     if request.method == "POST":
         form = WhatIfForm(request.POST)
         wants_save = request.POST.get("do") == "save"
@@ -255,9 +311,27 @@ def whatif(request: HttpRequest) -> HttpResponse:
                         "re-plan plans for it.",
                     )
                     return HttpResponseRedirect(reverse("web:tenant", args=[tenant.name]))
-                result = whatif_preview(change=change)
+                job = whatif_submit(change=change, user=request.user)
+                return HttpResponseRedirect(f"{reverse('web:whatif')}?job={job.pk}", status=303)
             except ValidationError as exc:
                 errors = _errors(exc)
+            except WhatIfRefused as exc:
+                errors = [exc.message]
+                status = 503 if exc.busy else 429
+                headers["Retry-After"] = str(exc.retry_after_s)
+    elif request.GET.get("job"):
+        raw = request.GET["job"]
+        # Ids are bigints: more digits cannot name a row.
+        usable = raw.isascii() and raw.isdigit() and len(raw) <= 18
+        found = whatif_job_for(user=request.user, job_id=int(raw)) if usable else None
+        if found is None:
+            raise Http404("No what-if of yours has this number.")
+        job = found
+        if job.status == WhatIfJob.Status.SUCCEEDED and job.result is not None:
+            result = result_from_dict(job.result)
+        elif job.status == WhatIfJob.Status.FAILED:
+            errors = [job.error]
+        form = WhatIfForm(initial=_whatif_initial(job))
     else:
         initial: dict[str, Any] = {"traffic_factor": 1.0, "prompt_tokens_delta": 0.0}
         name = request.GET.get("tenant")
@@ -266,17 +340,33 @@ def whatif(request: HttpRequest) -> HttpResponse:
             initial["tenant"] = chosen.name
             initial["residency_regions"] = [r.name for r in chosen.residency_regions.all()]
         form = WhatIfForm(initial=initial)
-    return render(
+    response = render(
         request,
         "web/whatif.html",
         {
             "form": form,
             "result": result,
+            "job": job,
+            "progress": _whatif_progress(job) if job is not None else None,
             "errors": errors,
             "can_save": can_save,
             "nav": "whatif",
         },
+        status=status,
     )
+    for name, value in headers.items():
+        response[name] = value
+    return response
+
+
+@role_required()
+@require_http_methods(["GET"])
+def whatif_job(request: HttpRequest, job_id: str) -> JsonResponse:
+    """A what-if's progress for the page's poll: status, queue position, a sentence, done."""
+    job = whatif_job_for(user=request.user, job_id=int(job_id))
+    if job is None:
+        raise Http404("No what-if of yours has this number.")
+    return JsonResponse(_whatif_progress(job))
 
 
 @role_required()

@@ -443,6 +443,14 @@ def decide_plans(client: APIClient, world: World, row: Row) -> str:
     return _one(outcomes, detail)
 
 
+@probe(("`plans/what-ifs`", "submit a what-if preview"))
+def submit_whatif(client: APIClient, world: World, row: Row) -> str:
+    """A what-if preview for the caller's own (or the first) tenant: queued, 202."""
+    body = {"tenant": world.own.tenant.name, "traffic_factor": 2}
+    response = client.post("/api/plans/what-ifs/", body, format="json")
+    return _one({_write(response.status_code, expect={202})}, [("what-ifs", response.status_code)])
+
+
 REPORTS = {
     "finance/forecast": ("finance-forecast", {"group_by": "tenant"}),
     "finance/forecast/opencost": ("finance-opencost", {"aggregate": "tenant"}),

@@ -73,6 +73,8 @@ REFUSED = {
     "plan-replan",
     "plan-approve",
     "plan-reject",
+    "plan-what-if-list",
+    "plan-what-if-detail",
     "telemetry-pull-list",
     "telemetry-pull-detail",
     "telemetry-derivation-list",

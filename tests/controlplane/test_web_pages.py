@@ -18,6 +18,7 @@ from django.test.utils import CaptureQueriesContext
 
 from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.plans.models import Plan, PlanDecision
+from controlplane.plans.whatif_jobs import whatif_drain
 from controlplane.policies.models import Tenant
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan, shrink_region
 from tests.controlplane.web_support import add_drift_alert, add_observations
@@ -186,9 +187,15 @@ def test_rejecting_keeps_the_active_plan(
 
 
 def _whatif(client: Client, **fields: Any) -> Any:
+    """Post the what-if form; a preview queued (303 to its page) is solved as a worker would
+    solve it, then its page is read."""
     data = {"tenant": "nordlicht-versicherung", "traffic_factor": "1", "prompt_tokens_delta": "0"}
     data.update(fields)
-    return client.post("/what-if/", data)
+    response = client.post("/what-if/", data)
+    if response.status_code == 303:
+        whatif_drain()
+        return client.get(response["Location"])
+    return response
 
 
 def test_whatif_preview_warns_of_unserved_demand_and_stores_nothing(

@@ -13,6 +13,28 @@ document.addEventListener("DOMContentLoaded", () => {
       }
     });
   }
+  // A what-if waiting or being solved: poll its progress, then show the page with its preview.
+  const progress = document.querySelector("[data-poll]");
+  if (progress) {
+    const text = progress.querySelector(".progress-text");
+    const poll = async () => {
+      try {
+        const answer = await fetch(progress.dataset.poll, {headers: {Accept: "application/json"}});
+        if (answer.ok) {
+          const state = await answer.json();
+          if (text) text.textContent = state.message;
+          if (state.done) {
+            window.location.reload();
+            return;
+          }
+        }
+      } catch (error) {
+        // A dropped connection: try again at the next tick.
+      }
+      window.setTimeout(poll, 1000);
+    };
+    window.setTimeout(poll, 500);
+  }
   // A preview re-solves the placement: say so while it runs.
   for (const button of document.querySelectorAll("form.whatif button[value=preview]")) {
     button.form.addEventListener("submit", (event) => {
