@@ -109,9 +109,7 @@ def test_the_band_is_wider_while_the_rise_is_young() -> None:
             model = fit_demand(ts[: RISE_AT + hours_seen], ys[: RISE_AT + hours_seen])
             assert model.recent_rise is not None
             forecast = model.forecast(ts[RISE_AT + hours_seen], 24)
-            relative.append(
-                float(np.mean(np.log(forecast.quantile(0.9) / forecast.quantile(0.1))))
-            )
+            relative.append(float(np.mean(np.log(forecast.quantile(0.9) / forecast.quantile(0.1)))))
         widths.append(float(np.mean(relative)))
     # The new level's variance, about 1/m of the noise's, enters the band.
     assert widths[0] > widths[1] > widths[2]
