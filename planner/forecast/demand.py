@@ -1010,13 +1010,25 @@ def _fit_seasonal_trend(
         z, t, epoch_hours, slots, max_shifts, min_shift_hours
     )
     shift_hours = np.array(shift_starts, dtype=np.int64)
-    rise = (
-        _recent_rise(z, t, epoch_hours, slots, shift_hours, shrinkage, min_shift_hours)
-        if follow_rises
-        else None
-    )
-    if rise is not None:
-        shift_hours = np.array([*shift_starts, rise[0]], dtype=np.int64)
+    rise = None
+    if follow_rises:
+        # A step found near the bound of the search (fewer than 2 × min_shift_hours from the
+        # end) can be a younger rise pressed against it: its first hours then count as the
+        # old level and the new level reads low. The rise test is run without it, and a rise
+        # found inside the tail replaces it; one at the tail's first hour only says the
+        # level was already up before the tail, i.e. the step was where it was found.
+        end = int(epoch_hours[-1]) + 1
+        pressed = bool(shift_starts) and end - shift_starts[-1] < 2 * min_shift_hours
+        kept = shift_starts[:-1] if pressed else shift_starts
+        rise = _recent_rise(
+            z, t, epoch_hours, slots, np.array(kept, dtype=np.int64), shrinkage, min_shift_hours
+        )
+        tail_start = int(epoch_hours[np.argmax(end - epoch_hours < min_shift_hours)])
+        if pressed and rise is not None and rise[0] <= tail_start:
+            rise = None
+        if rise is not None:
+            shift_starts, shift_scores = kept, shift_scores[: len(kept)]
+            shift_hours = np.array([*shift_starts, rise[0]], dtype=np.int64)
     terms = _fit_terms(z, t, epoch_hours, slots, shift_hours, shrinkage)
     x, trend, lam, resid, leverage = (
         terms.x,
