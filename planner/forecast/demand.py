@@ -951,9 +951,9 @@ def _recent_rise(
 
     Falls are not followed: a drop at the end of the history (an outage, a telemetry fault)
     waits for the step search's ``min_shift_hours``, because under-sizing breaks SLOs while
-    over-sizing only costs. Nor is a rise looked for within ``window`` hours of the tail's
-    start of a step already found: that step's new level is not yet pinned by the history
-    before the tail, and the step search places it.
+    over-sizing only costs. Nor is a rise looked for when a step in ``shift_hours`` lies
+    less than 2 × ``window`` hours from the end: that step's new level is not yet pinned by
+    the history before the tail (the caller leaves out a step it suspects is this rise).
     """
     end = int(epoch_hours[-1]) + 1
     in_tail = end - epoch_hours < window
@@ -979,7 +979,7 @@ def _recent_rise(
     expected = terms.level + x_tail @ terms.trend.coef + terms.season[tail_slots]
     precision = terms.trend.slot_weight[tail_slots] + terms.shrinkage
     precision = np.where(precision > 0, precision, 1.0)
-    # Newest hour first: row m − 1 holds the tail of m hours.
+    # Newest hour first: entry m − 1 of the running sum holds the tail of m hours.
     units = ((z[in_tail] - expected) / (sigma * np.sqrt(1.0 + 1.0 / precision)))[::-1]
     lengths = np.arange(1, tail_hours + 1, dtype=np.int64)
     sums = np.cumsum(np.clip(units, -_RISE_CLIP, _RISE_CLIP))
