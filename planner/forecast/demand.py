@@ -926,6 +926,39 @@ def _ar1_mean_variance(rho: float, lengths: IntArray) -> FloatArray:
     return np.asarray(1.0 + 2.0 * (plain - weighted / lengths), dtype=np.float64)
 
 
+def _tail_scores(units: FloatArray, rho: float) -> FloatArray:
+    """The recent-rise score of the newest m hours for each m, newest first (−∞ below the
+    ``MIN_RECENT_RISE_HOURS``): Σ clip(u) / √(m·f(m)·v), ``units`` oldest first."""
+    lengths = np.arange(1, units.size + 1, dtype=np.int64)
+    sums = np.cumsum(np.clip(units[::-1], -_RISE_CLIP, _RISE_CLIP))
+    score = sums / np.sqrt(lengths * _ar1_mean_variance(rho, lengths) * _RISE_CLIP_VARIANCE)
+    score[: MIN_RECENT_RISE_HOURS - 1] = -np.inf
+    return np.asarray(score, dtype=np.float64)
+
+
+def _tail_reads_high(terms: _Terms, epoch_hours: IntArray, window: int) -> bool:
+    """Whether the fit's own residuals hint at a recent rise: the cheap screen before the
+    test, which fits the history before the tail again.
+
+    The same score on the in-sample residuals of the whole history, against half the bar.
+    A rise's hours, down-weighted by the Huber fit, stay high in it (a +60% step reads about
+    4.5σ an hour); under no rise the in-sample residuals are smaller than the test's
+    out-of-sample errors, so what passes the test passes this too.
+    """
+    end = int(epoch_hours[-1]) + 1
+    in_tail = end - epoch_hours < window
+    before = ~in_tail
+    if int(np.sum(in_tail)) < MIN_RECENT_RISE_HOURS or not np.any(before):
+        return False
+    resid = terms.resid[before]
+    sigma = _MAD_TO_SIGMA * float(np.median(np.abs(resid - np.median(resid))))
+    if sigma == 0:
+        return True
+    rho = _lag1_autocorrelation(resid, epoch_hours[before])
+    score = _tail_scores(terms.resid[in_tail] / sigma, rho)
+    return bool(np.max(score) >= RECENT_RISE_Z_SCORE / 2)
+
+
 def _recent_rise(
     z: FloatArray,
     t: FloatArray,
@@ -979,12 +1012,8 @@ def _recent_rise(
     expected = terms.level + x_tail @ terms.trend.coef + terms.season[tail_slots]
     precision = terms.trend.slot_weight[tail_slots] + terms.shrinkage
     precision = np.where(precision > 0, precision, 1.0)
-    # Newest hour first: entry m − 1 of the running sum holds the tail of m hours.
-    units = ((z[in_tail] - expected) / (sigma * np.sqrt(1.0 + 1.0 / precision)))[::-1]
-    lengths = np.arange(1, tail_hours + 1, dtype=np.int64)
-    sums = np.cumsum(np.clip(units, -_RISE_CLIP, _RISE_CLIP))
-    score = sums / np.sqrt(lengths * _ar1_mean_variance(rho, lengths) * _RISE_CLIP_VARIANCE)
-    score[: MIN_RECENT_RISE_HOURS - 1] = -np.inf
+    units = (z[in_tail] - expected) / (sigma * np.sqrt(1.0 + 1.0 / precision))
+    score = _tail_scores(units, rho)
     best = int(np.argmax(score))
     if score[best] < RECENT_RISE_Z_SCORE:
         return None
@@ -1010,6 +1039,7 @@ def _fit_seasonal_trend(
         z, t, epoch_hours, slots, max_shifts, min_shift_hours
     )
     shift_hours = np.array(shift_starts, dtype=np.int64)
+    terms = _fit_terms(z, t, epoch_hours, slots, shift_hours, shrinkage)
     rise = None
     if follow_rises:
         # A step found near the bound of the search (fewer than 2 × min_shift_hours from the
@@ -1020,16 +1050,17 @@ def _fit_seasonal_trend(
         end = int(epoch_hours[-1]) + 1
         pressed = bool(shift_starts) and end - shift_starts[-1] < 2 * min_shift_hours
         kept = shift_starts[:-1] if pressed else shift_starts
-        rise = _recent_rise(
-            z, t, epoch_hours, slots, np.array(kept, dtype=np.int64), shrinkage, min_shift_hours
-        )
+        if pressed or _tail_reads_high(terms, epoch_hours, min_shift_hours):
+            rise = _recent_rise(
+                z, t, epoch_hours, slots, np.array(kept, dtype=np.int64), shrinkage, min_shift_hours
+            )
         tail_start = int(epoch_hours[np.argmax(end - epoch_hours < min_shift_hours)])
         if pressed and rise is not None and rise[0] <= tail_start:
             rise = None
         if rise is not None:
             shift_starts, shift_scores = kept, shift_scores[: len(kept)]
             shift_hours = np.array([*shift_starts, rise[0]], dtype=np.int64)
-    terms = _fit_terms(z, t, epoch_hours, slots, shift_hours, shrinkage)
+            terms = _fit_terms(z, t, epoch_hours, slots, shift_hours, shrinkage)
     x, trend, lam, resid, leverage = (
         terms.x,
         terms.trend,
