@@ -1,7 +1,8 @@
-"""Backtest: the demand forecast beside seasonal-naive on growth and step series.
+"""Backtest: the demand forecast beside Holt-Winters and seasonal-naive, on growth, steps, rises.
 
-Writes the tables of ``docs/forecasting.md`` ("Measured accuracy and calibration"). Every
-series is synthetic and seeded, so a run reproduces the tables exactly:
+Writes the tables of ``docs/forecasting.md`` ("Measured accuracy and calibration") and of
+``docs/benchmarks.md`` ("Forecast backtest"). Every series is synthetic and seeded, so a run
+reproduces the tables exactly:
 
 - the weekly shape of the tests (a daily wave of ±0.5 in log, a weekend dip of 0.4), 100 req/s
   at the start, lognormal hour-to-hour noise σ = 0.1 (independent, or AR(1) with ρ = 0.9);
@@ -18,7 +19,13 @@ Rows (``--tenants`` seeds each, mean and min–max over them):
   (mean forecast over the noise-free truth's mean, minus 1), and whether exactly one step was
   found within three hours of the true one;
 - false alarms: the share of no-step histories (2–12 weeks) in which ``fit_demand`` finds a
-  level shift.
+  level shift;
+- **the 48 h after a rise** (printed first): no growth, the level × 1.6 from hour 1,042 (a
+  Tuesday 10:00 UTC in week 6); every hour of the 48 after it is an origin, forecasting 1 h,
+  24 h and 168 h ahead; MAPE, 80% band coverage and MAPE over Holt-Winters', median
+  (min–max) over ``--rise-tenants`` seeds, for ``fit_demand``, ``fit_demand`` with
+  ``follow_rises=False``, ``fit_holt_winters`` and ``fit_seasonal_naive``; and the share of
+  no-step histories in which a recent rise is followed.
 
 Models: ``fit_demand`` as the re-planner runs it, the same with the level-shift search off
 (``max_level_shifts=0``: the model before level shifts), and ``fit_seasonal_naive``. Each is
@@ -49,6 +56,7 @@ from planner.forecast import (
     Forecaster,
     backtest,
     fit_demand,
+    fit_holt_winters,
     fit_seasonal_naive,
     hour_of_week,
 )
@@ -72,6 +80,18 @@ MODELS: tuple[tuple[str, Fit], ...] = (
 )
 # A step found this close to the true one counts as found where it is.
 FOUND_WITHIN_HOURS = 3
+# The rise: +60% on a Tuesday at 10:00 UTC of week 6, forecast from every hour of the 48
+# after it, one hour, one day and one week ahead.
+RISE = 1.6
+RISE_AT = STEP_WEEK * HOURS_PER_WEEK + 34
+RISE_WINDOW_HOURS = 48
+RISE_HORIZONS = (1, 24, HOURS_PER_WEEK)
+RISE_MODELS: tuple[tuple[str, Fit], ...] = (
+    ("Headroom", fit_demand),
+    ("Headroom, confirmed steps only", functools.partial(fit_demand, follow_rises=False)),
+    ("Holt-Winters", fit_holt_winters),
+    ("seasonal-naive", fit_seasonal_naive),
+)
 
 
 def log_season() -> FloatArray:
@@ -102,7 +122,13 @@ class Series:
 
 
 def make_series(
-    seed: int, *, weeks: int = WEEKS, growth: float = 0.0, step: float = 1.0, rho: float = 0.0
+    seed: int,
+    *,
+    weeks: int = WEEKS,
+    growth: float = 0.0,
+    step: float = 1.0,
+    rho: float = 0.0,
+    step_at: int = STEP_WEEK * HOURS_PER_WEEK,
 ) -> Series:
     rng = np.random.default_rng(seed)
     hours = np.arange(weeks * HOURS_PER_WEEK)
@@ -110,7 +136,7 @@ def make_series(
     log_mean = (
         math.log(LEVEL)
         + math.log1p(growth) * hours / HOURS_PER_WEEK
-        + math.log(step) * (hours >= STEP_WEEK * HOURS_PER_WEEK)
+        + math.log(step) * (hours >= step_at)
         + log_season()[hour_of_week(timestamps)]
     )
     # The noise-free mean: E[e^ε] = e^(σ²/2) for the lognormal noise.
@@ -251,6 +277,83 @@ def false_alarms(tenants: int) -> list[str]:
     return lines
 
 
+def after_a_rise(history: Series, fit: Fit) -> dict[int, tuple[float, float]]:
+    """(MAPE, 80% band coverage) of ``fit``'s forecasts from each hour of the
+    ``RISE_WINDOW_HOURS`` after the rise, per horizon, over every hour forecast.
+
+    The same figures as ``backtest(..., step_hours=1, min_train_hours=RISE_AT)`` on the series
+    cut where the last origin's horizon ends, but each origin is fitted once for all horizons.
+    """
+    pct: dict[int, list[FloatArray]] = {h: [] for h in RISE_HORIZONS}
+    hits: dict[int, list[FloatArray]] = {h: [] for h in RISE_HORIZONS}
+    longest = max(RISE_HORIZONS)
+    for origin in range(RISE_AT, RISE_AT + RISE_WINDOW_HOURS):
+        model = fit(history.timestamps[:origin], history.rates[:origin])
+        forecast = model.forecast(history.timestamps[origin], longest)
+        actual = history.rates[origin : origin + longest]
+        lo, hi = forecast.quantile(0.1), forecast.quantile(0.9)
+        for h in RISE_HORIZONS:
+            pct[h].append(np.abs(forecast.mean[:h] - actual[:h]) / actual[:h])
+            hits[h].append(((actual[:h] >= lo[:h]) & (actual[:h] <= hi[:h])).astype(float))
+    return {
+        h: (float(np.mean(np.concatenate(pct[h]))), float(np.mean(np.concatenate(hits[h]))))
+        for h in RISE_HORIZONS
+    }
+
+
+def median_spread(values: Sequence[float], percent: bool = False) -> str:
+    scale, unit = (100.0, "%") if percent else (1.0, "")
+    digits = 1 if percent else 2
+    lo, hi, mid = min(values) * scale, max(values) * scale, float(np.median(values)) * scale
+    return f"{mid:.{digits}f}{unit} ({lo:.{digits}f}–{hi:.{digits}f})"
+
+
+def rise_table(tenants: int) -> list[str]:
+    """The 48 hours after a +60% rise: MAPE, 80% coverage and MAPE over Holt-Winters'."""
+    lines = [
+        "| noise | horizon | model | MAPE | 80% band | MAPE / Holt-Winters' |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    weeks = -(-(RISE_AT + RISE_WINDOW_HOURS + max(RISE_HORIZONS)) // HOURS_PER_WEEK)
+    for label, rho in (("independent", 0.0), ("AR(1) ρ = 0.9", 0.9)):
+        histories = [
+            make_series(seed, weeks=weeks, step=RISE, step_at=RISE_AT, rho=rho)
+            for seed in range(tenants)
+        ]
+        results = {name: [after_a_rise(h, fit) for h in histories] for name, fit in RISE_MODELS}
+        for h in RISE_HORIZONS:
+            reference = [r[h][0] for r in results["Holt-Winters"]]
+            for name, _ in RISE_MODELS:
+                mape = [r[h][0] for r in results[name]]
+                coverage = [r[h][1] for r in results[name]]
+                ratio = [m / ref for m, ref in zip(mape, reference, strict=True)]
+                lines.append(
+                    f"| {label} | {h} h | {name} | {median_spread(mape, percent=True)} | "
+                    f"{median_spread(coverage)} | {median_spread(ratio)} |"
+                )
+    return lines
+
+
+def recent_rise_false_alarms(tenants: int) -> list[str]:
+    lines = [
+        "| noise | 2 weeks | 4 weeks | 8 weeks | 12 weeks |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for label, rho in (("independent", 0.0), ("AR(1) ρ = 0.9", 0.9)):
+        cells = []
+        for weeks in (2, 4, 8, 12):
+            hits = sum(
+                fit_demand(
+                    *_history(make_series(20_000 + seed, weeks=weeks, growth=GROWTH, rho=rho))
+                ).recent_rise
+                is not None
+                for seed in range(tenants)
+            )
+            cells.append(f"{hits / tenants:.1%}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _history(series: Series) -> tuple[FloatArray, FloatArray]:
     return series.timestamps, series.rates
 
@@ -266,9 +369,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=200,
         help="no-step series per false-alarm cell (default 200)",
     )
+    parser.add_argument(
+        "--rise-tenants",
+        type=int,
+        default=10,
+        help="seeded series per row of the rise table (default 10)",
+    )
+    parser.add_argument(
+        "--only-rise",
+        action="store_true",
+        help="print only the rise tables (the 48 h after a +60%% step, and false alarms)",
+    )
     args = parser.parse_args(argv)
-    if args.tenants < 1 or args.null_tenants < 1:
-        parser.error("--tenants and --null-tenants must be at least 1")
+    if args.tenants < 1 or args.null_tenants < 1 or args.rise_tenants < 1:
+        parser.error("--tenants, --null-tenants and --rise-tenants must be at least 1")
+    print(
+        f"The {RISE_WINDOW_HOURS} h after a +{RISE - 1:.0%} rise (hour {RISE_AT:,}), forecast "
+        f"from each of its hours; median (min–max) over {args.rise_tenants} seeded tenants:\n"
+    )
+    print("\n".join(rise_table(args.rise_tenants)))
+    print(
+        f"\nHistories without a step in which a recent rise is followed, "
+        f"{args.null_tenants} each:\n"
+    )
+    print("\n".join(recent_rise_false_alarms(args.null_tenants)))
+    if args.only_rise:
+        return 0
+    print()
     print(f"Accuracy and band coverage, {args.tenants} seeded tenants per row:\n")
     print("\n".join(accuracy_table(args.tenants)))
     print(f"\nFour weeks after the step, {args.tenants} seeded tenants:\n")

@@ -26,6 +26,16 @@ hourly rate (so seasonality and growth are multiplicative, as traffic is):
   the best candidate kept when its z-score reaches ``SHIFT_Z_SCORE``, it lasts
   ``min_shift_hours`` and its new level is even (its two halves agree); a backward pass drops
   steps the others make redundant. The forecast starts from the level after the last step.
+- Recent rises: a step younger than ``min_shift_hours`` is invisible to that search, and the
+  forecast would run at the old level for two days. So the last ``min_shift_hours`` − 1 hours
+  are also compared with what the model fitted to the history before them forecasts for
+  them: a CUSUM from the end of their errors (each clipped at 3 standard deviations, so a
+  spike is no rise; the variance inflated for AR(1) residuals). When the sum over the last m
+  ≥ ``MIN_RECENT_RISE_HOURS`` hours reaches ``RECENT_RISE_Z_SCORE`` standard errors, a step
+  from the m-th last hour on joins the fit (``DemandModel.recent_rise``): the forecast starts
+  from the new level within hours, and the band carries the new level's uncertainty through
+  the step terms of k(t) below (1/m of the noise variance). Rises only: a fall at the end of
+  the history waits for the step search, since an outage must not shrink the fleet.
 - ``e`` are the residuals. Their empirical distribution, not a normal assumption, gives the
   band: quantile q of the forecast at hour t is e^(a + b·τ + s + k(t)·Q_e(q)) − c.
   Residuals are studentised (divided by √(1 − h), h the hour's leverage in the weighted fit)
@@ -110,11 +120,26 @@ SHIFT_Z_SCORE = 4.0
 _UNEVEN_Z_SCORE = 3.0
 # Candidates examined per step looked for: an uneven one is set aside and the search goes on.
 _SHIFT_SEARCHES_PER_STEP = 4
+# Recent rises: a rise of the level younger than ``min_shift_hours`` is followed at once when
+# the last hours (at least this many) read this many standard errors above what the history
+# before them forecasts (docs/forecasting.md, "Recent rises", gives the measured false-alarm
+# rate). Each hour's error is clipped at ``_RISE_CLIP`` standard deviations first, so one
+# spike cannot pass alone.
+MIN_RECENT_RISE_HOURS = 2
+RECENT_RISE_Z_SCORE = 4.0
+_RISE_CLIP = 3.0
 # A candidate step whose column the slot terms and the trend all but explain carries no
 # information of its own.
 _MIN_STEP_SPREAD = 1e-6
 
 _STANDARD_NORMAL = NormalDist()
+# E[min(Z², c²)] for a standard normal Z and c = _RISE_CLIP: the variance of a clipped unit.
+_RISE_CLIP_VARIANCE = (
+    2.0 * _STANDARD_NORMAL.cdf(_RISE_CLIP)
+    - 1.0
+    - 2.0 * _RISE_CLIP * _STANDARD_NORMAL.pdf(_RISE_CLIP)
+    + 2.0 * _RISE_CLIP**2 * (1.0 - _STANDARD_NORMAL.cdf(_RISE_CLIP))
+)
 
 
 # -- validation and resampling ------------------------------------------------------------------
@@ -396,9 +421,13 @@ class DemandModel:
     (index 0 = Monday 00:00 UTC, geometric mean 1; all 1 for the flat fallback) and
     ``weekly_growth`` the fitted growth of the level per week before damping (0.02 = +2% a
     week), net of any ``level_shifts`` (the lasting steps the history showed, oldest first;
-    the forecast starts from the level after the last). ``history_hours`` counts the observed
-    hours used, ``history_end`` is the end of the last one (epoch seconds), and ``shrinkage``
-    is the λ the seasonal terms were shrunk with.
+    the forecast starts from the level after the last). ``recent_rise`` is a rise of the level
+    in the last ``min_shift_hours`` hours, too young for ``level_shifts`` but already
+    followed by the forecast (None when there is none; ``at`` its first hour, ``factor`` the
+    new level over the old as fitted, ``z_score`` the evidence it passed, see
+    ``RECENT_RISE_Z_SCORE``). ``history_hours`` counts the observed hours used,
+    ``history_end`` is the end of the last one (epoch seconds), and ``shrinkage`` is the λ the
+    seasonal terms were shrunk with.
     """
 
     sufficient_history: bool
@@ -408,6 +437,7 @@ class DemandModel:
     weekly_growth: float
     shrinkage: float
     level_shifts: tuple[LevelShift, ...]
+    recent_rise: LevelShift | None
     _fit: _SeasonalTrend | _Declared = field(repr=False)
 
     def forecast(self, start: float, hours: int) -> Forecast:
@@ -429,6 +459,7 @@ def fit_demand(
     damping: float = 1.0,
     max_level_shifts: int = MAX_LEVEL_SHIFTS,
     min_shift_hours: int = MIN_SHIFT_HOURS,
+    follow_rises: bool = True,
 ) -> DemandModel:
     """Fit the demand model to a rate history (see the module docstring for the model).
 
@@ -442,6 +473,8 @@ def fit_demand(
     (1 keeps growth undamped). Up to ``max_level_shifts`` lasting steps of the level (0: none)
     are detected and fitted as steps rather than as growth; each must hold for at least
     ``min_shift_hours`` hours, and lie as far from the history's start and from another step.
+    With ``follow_rises`` (the default) a rise younger than that is followed at once
+    (``recent_rise``); ``max_level_shifts=0`` turns both off.
     """
     hour_starts, rates = resample_hourly(timestamps, values)
     burst = _checks.at_least_one("declared_burst", declared_burst)
@@ -474,10 +507,13 @@ def fit_demand(
             weekly_growth=0.0,
             shrinkage=0.0,
             level_shifts=(),
+            recent_rise=None,
             _fit=_Declared(rate=rate, sigma=_burst_sigma(burst, burst_q)),
         )
 
-    fit, found = _fit_seasonal_trend(epoch_hours, rates, lam, phi, shifts, shift_hours)
+    fit, found, recent = _fit_seasonal_trend(
+        epoch_hours, rates, lam, phi, shifts, shift_hours, bool(follow_rises) and shifts > 0
+    )
     return DemandModel(
         sufficient_history=True,
         history_hours=int(epoch_hours.size),
@@ -486,6 +522,7 @@ def fit_demand(
         weekly_growth=math.expm1(fit.slope),
         shrinkage=fit.shrinkage,
         level_shifts=found,
+        recent_rise=recent,
         _fit=fit,
     )
 
@@ -812,24 +849,28 @@ def _empirical_bayes_shrinkage(z: FloatArray, x: FloatArray, slots: IntArray) ->
     return noise_var / signal_var
 
 
-def _fit_seasonal_trend(
+@dataclass(frozen=True, eq=False)
+class _Terms:
+    """The fitted terms of the log model for one set of step hours, before the band."""
+
+    x: FloatArray
+    shrinkage: float
+    trend: _SlotRegression
+    level: float
+    season: FloatArray
+    resid: FloatArray
+    inverse_cross: FloatArray
+    leverage: FloatArray
+
+
+def _fit_terms(
+    z: FloatArray,
+    t: FloatArray,
     epoch_hours: IntArray,
-    rates: FloatArray,
+    slots: IntArray,
+    shift_hours: IntArray,
     shrinkage: float | None,
-    damping: float,
-    max_shifts: int,
-    min_shift_hours: int,
-) -> tuple[_SeasonalTrend, tuple[LevelShift, ...]]:
-    mean_rate = float(np.mean(rates))
-    offset = _OFFSET_FRACTION * mean_rate if mean_rate > 0 else 1.0
-    z = np.log(rates + offset)
-    slots = _slot_of_hour(epoch_hours)
-    origin = int(epoch_hours[0])
-    t = (epoch_hours - origin) / HOURS_PER_WEEK
-    shift_starts, shift_scores = _level_shifts(
-        z, t, epoch_hours, slots, max_shifts, min_shift_hours
-    )
-    shift_hours = np.array(shift_starts, dtype=np.int64)
+) -> _Terms:
     x = _regressors(t, epoch_hours, shift_hours)
     lam = _empirical_bayes_shrinkage(z, x, slots) if shrinkage is None else shrinkage
 
@@ -862,6 +903,172 @@ def _fit_seasonal_trend(
     leverage = weights / (trend.slot_weight[slots] + lam) + weights * np.einsum(
         "ij,jk,ik->i", dx, inverse_cross, dx
     )
+    return _Terms(
+        x=x,
+        shrinkage=lam,
+        trend=trend,
+        level=level,
+        season=season,
+        resid=np.asarray(resid, dtype=np.float64),
+        inverse_cross=inverse_cross,
+        leverage=np.asarray(leverage, dtype=np.float64),
+    )
+
+
+def _ar1_mean_variance(rho: float, lengths: IntArray) -> FloatArray:
+    """m·Var(mean of m consecutive AR(1) values)/σ²: 1 + 2·Σ_{j<m} (1 − j/m)·ρ^j per m."""
+    longest = int(np.max(lengths))
+    j = np.arange(1, longest, dtype=np.float64)
+    powers = rho**j
+    # Σ_{j<m} ρ^j and Σ_{j<m} j·ρ^j for every m at once.
+    plain = np.concatenate(([0.0], np.cumsum(powers)))[lengths - 1]
+    weighted = np.concatenate(([0.0], np.cumsum(j * powers)))[lengths - 1]
+    return np.asarray(1.0 + 2.0 * (plain - weighted / lengths), dtype=np.float64)
+
+
+def _tail_scores(units: FloatArray, rho: float) -> FloatArray:
+    """The recent-rise score of the newest m hours for each m, newest first (−∞ below the
+    ``MIN_RECENT_RISE_HOURS``): Σ clip(u) / √(m·f(m)·v), ``units`` oldest first."""
+    lengths = np.arange(1, units.size + 1, dtype=np.int64)
+    sums = np.cumsum(np.clip(units[::-1], -_RISE_CLIP, _RISE_CLIP))
+    score = sums / np.sqrt(lengths * _ar1_mean_variance(rho, lengths) * _RISE_CLIP_VARIANCE)
+    score[: MIN_RECENT_RISE_HOURS - 1] = -np.inf
+    return np.asarray(score, dtype=np.float64)
+
+
+def _tail_reads_high(terms: _Terms, epoch_hours: IntArray, window: int) -> bool:
+    """Whether the fit's own residuals hint at a recent rise: the cheap screen before the
+    test, which fits the history before the tail again.
+
+    The same score on the in-sample residuals of the whole history, against half the bar.
+    A rise's hours, down-weighted by the Huber fit, stay high in it (a +60% step reads about
+    4.5σ an hour); under no rise the in-sample residuals are smaller than the test's
+    out-of-sample errors, so what passes the test passes this too.
+    """
+    end = int(epoch_hours[-1]) + 1
+    in_tail = end - epoch_hours < window
+    before = ~in_tail
+    if int(np.sum(in_tail)) < MIN_RECENT_RISE_HOURS or not np.any(before):
+        return False
+    resid = terms.resid[before]
+    sigma = _MAD_TO_SIGMA * float(np.median(np.abs(resid - np.median(resid))))
+    if sigma == 0:
+        return True
+    rho = _lag1_autocorrelation(resid, epoch_hours[before])
+    score = _tail_scores(terms.resid[in_tail] / sigma, rho)
+    return bool(np.max(score) >= RECENT_RISE_Z_SCORE / 2)
+
+
+def _recent_rise(
+    z: FloatArray,
+    t: FloatArray,
+    epoch_hours: IntArray,
+    slots: IntArray,
+    shift_hours: IntArray,
+    shrinkage: float | None,
+    window: int,
+) -> tuple[int, float] | None:
+    """Start (epoch hour) and z-score of a rise of the level in the last ``window`` − 1 hours.
+
+    The step search cannot see a step younger than ``min_shift_hours`` (``window``); this test
+    can. The model is fitted to the history before the tail, and the tail's hours are compared
+    with what it forecasts for them: residuals in units of their out-of-sample spread
+    σ·√(1 + 1/(W_k + λ)), σ from the fit's studentised residuals, clipped at ±3. For each
+    tail of m = ``MIN_RECENT_RISE_HOURS`` … ``window`` − 1 hours (the newest m observed), the
+    score is the sum of the clipped units over √(m·f(m)·v), where f(m) = 1 + 2Σ_{j<m}(1 −
+    j/m)ρ^j is the variance inflation of a sum of m AR(1) hours (ρ from the fit's residuals)
+    and v = E[clip(N(0, 1))²] ≈ 0.995: a CUSUM from the end, whose largest value marks where
+    the new level starts. The tail with the largest score is the rise when the score reaches
+    ``RECENT_RISE_Z_SCORE``. One outlying hour adds at most 3 to a sum, so a spike alone is
+    no rise: the other hours of the tail would have to read high too.
+
+    Falls are not followed: a drop at the end of the history (an outage, a telemetry fault)
+    waits for the step search's ``min_shift_hours``, because under-sizing breaks SLOs while
+    over-sizing only costs. Nor is a rise looked for when a step in ``shift_hours`` lies
+    less than 2 × ``window`` hours from the end: that step's new level is not yet pinned by
+    the history before the tail (the caller leaves out a step it suspects is this rise).
+    """
+    end = int(epoch_hours[-1]) + 1
+    in_tail = end - epoch_hours < window
+    before = ~in_tail
+    tail_hours = int(np.sum(in_tail))
+    if tail_hours < MIN_RECENT_RISE_HOURS or int(np.sum(before)) < HOURS_PER_WEEK:
+        return None
+    if shift_hours.size and end - int(np.max(shift_hours)) < 2 * window:
+        return None
+    terms = _fit_terms(
+        z[before], t[before], epoch_hours[before], slots[before], shift_hours, shrinkage
+    )
+    usable = terms.leverage < _MAX_LEVERAGE
+    if not np.any(usable):
+        return None
+    studentised = terms.resid[usable] / np.sqrt(1.0 - terms.leverage[usable])
+    sigma = _MAD_TO_SIGMA * float(np.median(np.abs(studentised - np.median(studentised))))
+    if sigma == 0:
+        return None
+    rho = _lag1_autocorrelation(terms.resid, epoch_hours[before])
+    tail_slots = slots[in_tail]
+    x_tail = _regressors(t[in_tail], epoch_hours[in_tail], shift_hours)
+    expected = terms.level + x_tail @ terms.trend.coef + terms.season[tail_slots]
+    precision = terms.trend.slot_weight[tail_slots] + terms.shrinkage
+    precision = np.where(precision > 0, precision, 1.0)
+    units = (z[in_tail] - expected) / (sigma * np.sqrt(1.0 + 1.0 / precision))
+    score = _tail_scores(units, rho)
+    best = int(np.argmax(score))
+    if score[best] < RECENT_RISE_Z_SCORE:
+        return None
+    return int(epoch_hours[in_tail][::-1][best]), float(score[best])
+
+
+def _fit_seasonal_trend(
+    epoch_hours: IntArray,
+    rates: FloatArray,
+    shrinkage: float | None,
+    damping: float,
+    max_shifts: int,
+    min_shift_hours: int,
+    follow_rises: bool,
+) -> tuple[_SeasonalTrend, tuple[LevelShift, ...], LevelShift | None]:
+    mean_rate = float(np.mean(rates))
+    offset = _OFFSET_FRACTION * mean_rate if mean_rate > 0 else 1.0
+    z = np.log(rates + offset)
+    slots = _slot_of_hour(epoch_hours)
+    origin = int(epoch_hours[0])
+    t = (epoch_hours - origin) / HOURS_PER_WEEK
+    shift_starts, shift_scores = _level_shifts(
+        z, t, epoch_hours, slots, max_shifts, min_shift_hours
+    )
+    shift_hours = np.array(shift_starts, dtype=np.int64)
+    terms = _fit_terms(z, t, epoch_hours, slots, shift_hours, shrinkage)
+    rise = None
+    if follow_rises:
+        # A step found near the bound of the search (fewer than 2 × min_shift_hours from the
+        # end) can be a younger rise pressed against it: its first hours then count as the
+        # old level and the new level reads low. The rise test is run without it, and a rise
+        # found inside the tail replaces it; one at the tail's first hour only says the
+        # level was already up before the tail, i.e. the step was where it was found.
+        end = int(epoch_hours[-1]) + 1
+        pressed = bool(shift_starts) and end - shift_starts[-1] < 2 * min_shift_hours
+        kept = shift_starts[:-1] if pressed else shift_starts
+        if pressed or _tail_reads_high(terms, epoch_hours, min_shift_hours):
+            rise = _recent_rise(
+                z, t, epoch_hours, slots, np.array(kept, dtype=np.int64), shrinkage, min_shift_hours
+            )
+        tail_start = int(epoch_hours[np.argmax(end - epoch_hours < min_shift_hours)])
+        if pressed and rise is not None and rise[0] <= tail_start:
+            rise = None
+        if rise is not None:
+            shift_starts, shift_scores = kept, shift_scores[: len(kept)]
+            shift_hours = np.array([*shift_starts, rise[0]], dtype=np.int64)
+            terms = _fit_terms(z, t, epoch_hours, slots, shift_hours, shrinkage)
+    x, trend, lam, resid, leverage = (
+        terms.x,
+        terms.trend,
+        terms.shrinkage,
+        terms.resid,
+        terms.leverage,
+    )
+    seen = trend.slot_weight > 0
     informative = leverage < _MAX_LEVERAGE
     studentised = (
         resid[informative] / np.sqrt(1.0 - leverage[informative])
@@ -877,13 +1084,13 @@ def _fit_seasonal_trend(
     mean_x = np.mean(x, axis=0)
     model = _SeasonalTrend(
         origin_hour=origin,
-        intercept=level,
+        intercept=terms.level,
         coef=trend.coef,
         shift_hours=shift_hours,
-        season=season,
+        season=terms.season,
         slot_weight=trend.slot_weight,
         slot_x=np.where(seen[:, None], trend.slot_x, mean_x[None, :]),
-        inverse_cross=inverse_cross,
+        inverse_cross=terms.inverse_cross,
         shrinkage=lam,
         offset=offset,
         damping=damping,
@@ -891,8 +1098,16 @@ def _fit_seasonal_trend(
         persistence=(1.0 + rho) / (1.0 - rho),
         law=_EmpiricalLaw(np.asarray(sample, dtype=np.float64)),
     )
+    confirmed = len(shift_starts)
     found = tuple(
         LevelShift(at=int(hour) * HOUR_S, factor=math.exp(float(step)), z_score=score)
-        for hour, step, score in zip(shift_hours, trend.coef[1:], shift_scores, strict=True)
+        for hour, step, score in zip(
+            shift_hours[:confirmed], trend.coef[1 : 1 + confirmed], shift_scores, strict=True
+        )
     )
-    return model, found
+    recent = (
+        LevelShift(at=rise[0] * HOUR_S, factor=math.exp(float(trend.coef[-1])), z_score=rise[1])
+        if rise is not None
+        else None
+    )
+    return model, found, recent
