@@ -93,7 +93,9 @@ class ForecastView(_FinanceView):
         description=(
             "For the active plan and the demand forecast, from the current period on: each row "
             "a period and a group (`group_by`), with the quantile it was sized at and the band's "
-            "low and high edges. The current period is the active plan, hour for hour." + CSV_NOTE
+            "low and high edges. Every period is the sum of its days: today and before are the "
+            "active plan, hour for hour; later days the placement re-solved at the day's "
+            "forecast." + CSV_NOTE
         ),
         parameters=[GroupedQuerySerializer],
         responses={200: ReportSerializer, 404: NOT_FOUND},

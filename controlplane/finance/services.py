@@ -6,8 +6,10 @@ snapshot of the active plan (``snapshot.py``: computed once per plan version and
 stored); each report's rows for one set of parameters are stored too (``FinanceReport``), so a
 repeated request reads one row.
 
-- The period containing ``now`` is sized by the active plan itself, every hour of it: its cost
-  is the plan's $/h × the period's hours. Later periods follow the snapshot's sizing.
+- Every period is the sum of its days (``plan_days_end``): the days up to the one containing
+  ``now`` are the active plan itself, every hour of it (the plan's $/h × 24 a day); later days
+  follow the snapshot's sizing (the placement re-solved at the day's forecast). So a period
+  has one price whatever the grain it is asked by.
 - Tenant and tier rows split each pool's cost by the replica-hours each tenant's load uses
   there, the idle headroom shared in proportion (``planner.forecast.finance.showback_split``);
   a pool that no load uses is the ``(idle headroom)`` tenant's.
@@ -147,8 +149,9 @@ class ForecastRow:
     """Replica-hours, GPU-hours and cost of one group in one period, with the band's edges.
 
     ``quantile`` is the forecast quantile the group was sized at (None when the group mixes
-    tiers of different quantiles); ``sized_by`` is ``plan`` for the current period (the active
-    plan, hour for hour) and ``forecast`` after it.
+    tiers of different quantiles); ``sized_by`` is ``plan`` for a period of the active plan's
+    days only (hour for hour), ``forecast`` for one of forecast days only and
+    ``plan+forecast`` for the period holding both.
     """
 
     period: PeriodSpan
@@ -281,6 +284,15 @@ def finance_snapshot(*, now: datetime | None = None) -> FinanceSnapshot:
     return snapshot_compute(plan=plan, start=start, hours=length)
 
 
+def _current(moment: datetime, kind: Period) -> str:
+    """What a stored report depends on besides its parameters: the current period and the day
+    the plan's days end with (``plan_days_end``)."""
+    stamp = np.array([moment.timestamp()])
+    return "@".join(
+        period_label(int(period_starts(stamp, grain)[0]), grain) for grain in (kind, "day")
+    )
+
+
 def _cached(
     snapshot: FinanceSnapshot, endpoint: str, params: dict[str, Any], build: Callable[[], Report]
 ) -> Report:
@@ -346,6 +358,7 @@ class _Cells:
     """Pool × period values of a snapshot over the requested periods."""
 
     spans: list[PeriodSpan]
+    sized_by: list[str]
     rep: npt.NDArray[np.float64]
     rep_low: npt.NDArray[np.float64]
     rep_high: npt.NDArray[np.float64]
@@ -359,27 +372,51 @@ class _Cells:
     tokens: npt.NDArray[np.float64]
 
 
+def plan_days_end(snapshot: FinanceSnapshot, moment: datetime) -> int:
+    """Epoch seconds where the plan's days end and the forecast's begin: the end of the UTC
+    day containing ``moment`` (never before the snapshot's start). Every grain cuts there, so
+    a period costs the sum of its days whatever it is asked by."""
+    first = int(snapshot.start.timestamp())
+    day_end = (int(moment.timestamp()) // 86400 + 1) * 86400
+    return max(first, day_end)
+
+
+def _sized_by(span: PeriodSpan, plan_end: int) -> str:
+    if span.end <= plan_end:
+        return "plan"
+    if span.start >= plan_end:
+        return "forecast"
+    return "plan+forecast"
+
+
 def _cells(
     snapshot: FinanceSnapshot,
     period: Period,
     now: datetime,
     horizon: int,
     *,
-    plan_first: bool = True,
+    plan_until: datetime | None = None,
 ) -> _Cells:
-    """Pool × period values from the period containing ``now``; with ``plan_first`` that period
-    is the snapshot's plan, hour for hour, rather than its forecast sizing."""
+    """Pool × period values from the period containing ``now``. The days up to the one
+    containing ``plan_until`` (default ``now``) are the snapshot's plan, hour for hour; later
+    days its forecast sizing (``plan_days_end``)."""
     spans, matrix = _periods(snapshot, period, now, horizon)
     arrays = snapshot_arrays(snapshot)
     pools = snapshot.pools
-    rep, rep_low, rep_high = (arrays[n] @ matrix for n in ("rep_q", "rep_low", "rep_high"))
-    # The current period is the active plan, every hour of it.
-    if plan_first:
-        planned = np.array([p["replicas"] for p in pools], dtype=np.float64)
-        current_hours = (spans[0].end - spans[0].start) / HOUR_S
-        rep[:, 0] = planned * current_hours
-        rep_low[:, 0] = np.minimum(rep_low[:, 0], rep[:, 0])
-        rep_high[:, 0] = np.maximum(rep_high[:, 0], rep[:, 0])
+    plan_end = plan_days_end(snapshot, now if plan_until is None else plan_until)
+    plan_days = min((plan_end - int(snapshot.start.timestamp())) // 86400, snapshot.hours // 24)
+    planned = np.array([p["replicas"] for p in pools], dtype=np.float64) * 24.0
+    daily: dict[str, npt.NDArray[np.float64]] = {}
+    for name in ("rep_q", "rep_low", "rep_high"):
+        values = np.array(arrays[name], dtype=np.float64)
+        # The days the plan runs: the plan, whatever the band says.
+        values[:, :plan_days] = planned[:, None]
+        daily[name] = values
+    for name in ("used", "requests", "tokens"):
+        values = np.array(arrays[name], dtype=np.float64)
+        values[:, :plan_days] = arrays[f"{name}_plan"][:, :plan_days]
+        daily[name] = values
+    rep, rep_low, rep_high = (daily[n] @ matrix for n in ("rep_q", "rep_low", "rep_high"))
     zones_of: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i, p in enumerate(pools):
         zones_of[(p["region"], p["shape"])].append(i)
@@ -399,9 +436,10 @@ def _cells(
         load = snapshot.loads[j]
         total = region_rep[(load["region"], load["shape"])]
         zone_share[n] = np.divide(rep[i], total, out=np.zeros(len(spans)), where=total > 0)
-    per_load = {n: arrays[n] @ matrix for n in ("used", "requests", "tokens")}
+    per_load = {n: daily[n] @ matrix for n in ("used", "requests", "tokens")}
     return _Cells(
         spans=spans,
+        sized_by=[_sized_by(span, plan_end) for span in spans],
         rep=rep,
         rep_low=rep_low,
         rep_high=rep_high,
@@ -547,7 +585,7 @@ def finance_forecast(
     count = _check_horizon(horizon, kind)
     moment = now or timezone.now()
     snapshot = finance_snapshot(now=moment)
-    current = period_label(int(period_starts(np.array([moment.timestamp()]), kind)[0]), kind)
+    current = _current(moment, kind)
     params = {"period": kind, "group_by": list(groups), "horizon": count, "current": current}
 
     def build() -> Report:
@@ -563,7 +601,7 @@ def finance_forecast(
                     quantile=q,
                     band_low_quantile=float(snapshot.quantiles["low"]),
                     band_high_quantile=float(snapshot.quantiles["high"]),
-                    sized_by="plan" if k == 0 else "forecast",
+                    sized_by=cells.sized_by[k],
                     **sums,
                 ).as_dict()
             )
@@ -623,7 +661,7 @@ def finance_showback(
     count = _check_horizon(horizon, kind)
     moment = now or timezone.now()
     snapshot = finance_snapshot(now=moment)
-    current = period_label(int(period_starts(np.array([moment.timestamp()]), kind)[0]), kind)
+    current = _current(moment, kind)
     params = {"period": kind, "horizon": count, "current": current}
 
     def build() -> Report:
@@ -747,7 +785,7 @@ def finance_commitments(
     count = _check_horizon(horizon, kind)
     moment = now or timezone.now()
     snapshot = finance_snapshot(now=moment)
-    current = period_label(int(period_starts(np.array([moment.timestamp()]), kind)[0]), kind)
+    current = _current(moment, kind)
     params = {"period": kind, "horizon": count, "current": current}
 
     def build() -> Report:
@@ -756,15 +794,16 @@ def finance_commitments(
         first = int(snapshot.start.timestamp())
         lo = (spans[0].start - first) // HOUR_S
         hi = (spans[-1].end - first) // HOUR_S
-        now_hi = (spans[0].end - first) // HOUR_S
+        # The days the plan runs need the plan's GPUs whatever the demand.
+        now_hi = (plan_days_end(snapshot, moment) - first) // HOUR_S
         timestamps = first + HOUR_S * np.arange(lo, hi, dtype=np.int64)
         rows = []
         for g, pool in enumerate(snapshot.gpu_pools):
             expected = arrays["gpu_q"][g, lo:hi].astype(np.int64)
             low = arrays["gpu_low"][g, lo:hi].astype(np.int64)
             # The current period runs the active plan whatever the demand.
-            expected[: now_hi - lo] = pool["gpus"]
-            low[: now_hi - lo] = pool["gpus"]
+            expected[: max(now_hi - lo, 0)] = pool["gpus"]
+            low[: max(now_hi - lo, 0)] = pool["gpus"]
             key = (pool["region"], pool["accelerator"])
             price = GpuPrice(on_demand=pool["on_demand_price"], reserved=pool["reserved_price"])
             level = optimal_commitment(low, price.reserved, price.on_demand)
@@ -1237,7 +1276,7 @@ def _planned_for(
                 or created >= span.end
             ):
                 continue
-            cells = _cells(snapshot, kind, start, 1, plan_first=span.start <= created)
+            cells = _cells(snapshot, kind, start, 1, plan_until=snapshot.created_at)
             atoms = _forecast_atoms(snapshot, cells, "tenant" in groups or "tier" in groups)
             for _k, key, _q, sums in _group(atoms, groups, ("replica_hours", "cost")):
                 out[(span.label, key)] = sums
