@@ -23,7 +23,7 @@ from controlplane.core.api import QueryGuardMixin
 from controlplane.core.renderers import RenderedOnceJSONRenderer
 from controlplane.core.roles import ROLES, RolePermission
 from controlplane.core.tenancy import TENANT_OWN, request_principal
-from controlplane.finance import services
+from controlplane.finance import opencost, services
 from controlplane.finance.renderers import CSVRenderer, ReportCSVRenderer
 from controlplane.finance.serializers import (
     GroupedQuerySerializer,
@@ -200,22 +200,18 @@ class OpenCostAllocationView(_FinanceView):
     renderer_classes = [JSONRenderer, BrowsableAPIRenderer]
 
     @extend_schema(
-        summary="The forecast in OpenCost's allocation response shape",
+        summary="The forecast in OpenCost's allocation API",
         description=(
-            "For cost tools that read OpenCost's `/allocation` API: `data` is one set per "
-            "period, each mapping the aggregate's name to an allocation (`window`, `gpuHours`, "
-            "`gpuCost`, `totalCost`, ...)."
+            "For cost tools that read OpenCost's `/allocation` API: OpenCost's parameters "
+            "(`window`, `step`, `aggregate`, `accumulate`, `accumulateBy`, `includeIdle`, "
+            "`shareIdle`, …) and response, `data` one set per step, each mapping the "
+            "aggregate's name to an allocation with OpenCost's 49 fields; the idle headroom is "
+            "`__idle__`. Windows are whole UTC days from today to the forecast's end. An "
+            "unknown parameter, or a value this forecast cannot answer, is a 400 naming it."
         ),
         parameters=[OpenCostQuerySerializer],
         responses={200: OpenCostResponseSerializer, 404: NOT_FOUND},
     )
     def get(self, request: Request) -> Response:
-        q = self.query(request)
-        return self.answer(
-            lambda: services.opencost_allocation(
-                period=q["period"],
-                aggregate=q["aggregate"],
-                horizon=q.get("horizon"),
-                tenant=self.tenant,
-            )
-        )
+        params = {str(k): str(v) for k, v in request.query_params.items() if k != "format"}
+        return self.answer(lambda: opencost.opencost_allocation(params, tenant=self.tenant))

@@ -120,6 +120,11 @@ def _check_period(period: str) -> Period:
     return check_period("period", period)
 
 
+def check_period_name(period: str) -> Period:
+    """``period`` if it is a period name; else ``FinanceInputError`` naming ``period``."""
+    return _check_period(period)
+
+
 def _check_horizon(horizon: int | None, period: Period) -> int:
     value = DEFAULT_HORIZON[period] if horizon is None else horizon
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -453,6 +458,19 @@ def _cells(
         ),
         tokens=per_load["tokens"][loads] * zone_share if loads.size else np.zeros((0, len(spans))),
     )
+
+
+def day_cells(
+    snapshot: FinanceSnapshot, period: Period, first: datetime, count: int, *, plan_until: datetime
+) -> _Cells:
+    """Pool × period values of ``count`` periods from the one containing ``first``, the days up
+    to the one containing ``plan_until`` the plan's (for the OpenCost endpoint's windows)."""
+    return _cells(snapshot, period, first, count, plan_until=plan_until)
+
+
+def cells_split(cells: _Cells) -> tuple[Any, npt.NDArray[np.float64]]:
+    """The showback split of every pool × period cell and the cells' cost."""
+    return _split(cells)
 
 
 @dataclass
@@ -1038,77 +1056,6 @@ def finance_promises(*, tenant: str | None = None) -> Report:
     return for_tenant(
         report, tenant, keep=lambda row: row["scope"] == "tenant" and row["name"] == tenant
     )
-
-
-# -- OpenCost's allocation shape --------------------------------------------------------------
-
-# Checked against OpenCost's own source: core/pkg/opencost/allocation_json.go (AllocationJSON's
-# JSON names), core/pkg/opencost/window.go (a window is {"start", "end"} in RFC 3339),
-# core/pkg/opencost/allocation.go (IdleSuffix "__idle__") and pkg/costmodel/router.go (the
-# {"code", "status", "data"} response).
-OPENCOST_IDLE = "__idle__"
-
-
-def opencost_allocation(
-    *,
-    period: str = "month",
-    aggregate: Iterable[str] = ("region",),
-    horizon: int | None = None,
-    now: datetime | None = None,
-    tenant: str | None = None,
-) -> dict[str, Any]:
-    """The forecast in OpenCost's allocation response shape: ``data`` holds one set per period,
-    each a mapping from the aggregate's name (values joined by "/", as OpenCost names a
-    multi-key aggregate) to an allocation with ``window``, ``start``, ``end``, ``minutes``,
-    ``gpuCount``, ``gpuHours``, ``gpuCost``, ``totalCost`` (CPU, RAM, storage and network
-    fields are zero: Headroom prices GPUs). The idle headroom tenant is ``__idle__``.
-    ``tenant``: that tenant's allocations only (aggregated by tenant too)."""
-    groups = check_group_by(aggregate)
-    if not groups:
-        raise FinanceInputError("aggregate", f"name at least one of {', '.join(GROUPS)}")
-    groups = _tenant_groups(groups, tenant)
-    report = finance_forecast(
-        period=period, group_by=groups, horizon=horizon, now=now, tenant=tenant
-    )
-    sets: dict[str, dict[str, Any]] = {}
-    order: list[str] = []
-    for row in report.rows:
-        label = row["period"]
-        if label not in sets:
-            sets[label] = {}
-            order.append(label)
-        parts = [OPENCOST_IDLE if row[g] == IDLE else str(row[g]) for g in groups]
-        name = "/".join(parts)
-        start, end = row["period_start"], row["period_end"]
-        minutes = (
-            datetime.fromisoformat(end).timestamp() - datetime.fromisoformat(start).timestamp()
-        ) / 60
-        zero = 0.0
-        sets[label][name] = {
-            "name": name,
-            "properties": {"labels": {g: str(row[g]) for g in groups}},
-            "window": {"start": start, "end": end},
-            "start": start,
-            "end": end,
-            "minutes": minutes,
-            "cpuCores": zero,
-            "cpuCoreHours": zero,
-            "cpuCost": zero,
-            "gpuCount": round(row["gpu_hours"] / (minutes / 60), 5) if minutes else zero,
-            "gpuHours": row["gpu_hours"],
-            "gpuCost": row["cost"],
-            "gpuCostAdjustment": zero,
-            "ramBytes": zero,
-            "ramByteHours": zero,
-            "ramCost": zero,
-            "pvCost": zero,
-            "networkCost": zero,
-            "loadBalancerCost": zero,
-            "sharedCost": zero,
-            "externalCost": zero,
-            "totalCost": row["cost"],
-        }
-    return {"code": 200, "status": "success", "data": [sets[label] for label in order]}
 
 
 # -- history ----------------------------------------------------------------------------------

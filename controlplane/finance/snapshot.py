@@ -251,7 +251,7 @@ def _plan_sizing(plan: Plan) -> Sizing:
                 for row in rows
             )
         ),
-        cost_per_hour=float(plan.cost_per_hour),
+        cost_per_hour=float(plan.cost_per_hour or 0.0),
         exact=True,
     )
 
