@@ -27,18 +27,21 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from controlplane.core.memo import RowMemo
 from controlplane.core.tasks import task_send_on_commit
 from controlplane.finance import selectors
+from controlplane.finance.conf import FinanceSettings, finance_settings
+from controlplane.finance.memo import ByteMemo
 from controlplane.finance.models import FinanceReport, FinanceSnapshot, PromisePricing
 from controlplane.finance.snapshot import horizon_for, snapshot_arrays, snapshot_compute
 from controlplane.plans.conf import replan_settings
@@ -82,8 +85,8 @@ class FinanceInputError(ValueError):
 
 
 # Reports read from their stored rows, shared by the requests of this process (callers only
-# read them).
-STORED_REPORTS: RowMemo[Report] = RowMemo(size=64)
+# read them), bounded by the bytes of their JSON (``HEADROOM_FINANCE_REPORT_CACHE_BYTES``).
+STORED_REPORTS: ByteMemo[Report] = ByteMemo(lambda: finance_settings().report_cache_bytes)
 
 
 class NoActivePlan(LookupError):
@@ -298,36 +301,87 @@ def _current(moment: datetime, kind: Period) -> str:
     )
 
 
+# A stored report's JSON is rendered once per process (``core.renderers``) up to this size;
+# the renderer's memo keeps 32 bodies and their reports, so a larger one renders each time.
+RENDER_ONCE_MAX_BYTES = 256 * 1024
+# A read marks a stored report read at most this often (seconds): the eviction's order, with
+# a write per report per interval rather than per request.
+READ_MARK_S = 600
+
+
+def _parsed(stored: FinanceReport) -> Report:
+    rows = stored.rows
+    return Report(
+        **{**rows, "group_by": tuple(rows["group_by"]), "columns": tuple(rows["columns"])}
+    )
+
+
+def _kept(pk: int, created: datetime, weight: int, compute: Callable[[], Report]) -> Report:
+    """``compute()``'s report, kept in this process's memo when it fits, and marked ``stored``
+    (one shared object whose body is rendered once) when it is small enough for that."""
+    report, _ = STORED_REPORTS.get(
+        (pk, created.isoformat()),
+        weight,
+        lambda: replace(compute(), stored=weight <= RENDER_ONCE_MAX_BYTES),
+    )
+    return report
+
+
+def _mark_read(stored: FinanceReport, moment: datetime) -> None:
+    cutoff = moment - timedelta(seconds=READ_MARK_S)
+    if stored.read_at is None or stored.read_at < cutoff:
+        FinanceReport.objects.filter(pk=stored.pk).filter(
+            Q(read_at__isnull=True) | Q(read_at__lt=cutoff)
+        ).update(read_at=moment)
+
+
+def _evict(limits: FinanceSettings) -> None:
+    """Delete the least recently read stored reports beyond the caps (count and bytes)."""
+    order = Coalesce("read_at", "created_at")
+    rows = FinanceReport.objects.order_by(order.desc(), "-pk").values_list("pk", "size_bytes")
+    total, drop = 0, []
+    for n, (pk, size) in enumerate(rows):
+        total += size
+        if n >= limits.max_reports or total > limits.report_store_bytes:
+            drop.append(pk)
+    if drop:
+        FinanceReport.objects.filter(pk__in=drop).delete()
+
+
 def _cached(
     snapshot: FinanceSnapshot, endpoint: str, params: dict[str, Any], build: Callable[[], Report]
 ) -> Report:
+    """The report for ``params`` (a canonical key: sorted JSON): read from its stored row, or
+    built and stored within the caps (``conf``), each process keeping the parsed ones it read
+    last within a byte budget (``STORED_REPORTS``)."""
     key = json.dumps(params, sort_keys=True, separators=(",", ":"))
+    moment = timezone.now()
     found = selectors.report_find(snapshot=snapshot, endpoint=endpoint, params=key)
     if found is not None:
         stored = found
+        _mark_read(stored, moment)
         # A stored report never changes: its rows are read and parsed once per process.
-        return STORED_REPORTS.get(
-            stored.pk,
-            stored.created_at,
-            lambda: Report(
-                **{
-                    **stored.rows,
-                    "group_by": tuple(stored.rows["group_by"]),
-                    "columns": tuple(stored.rows["columns"]),
-                },
-                stored=True,
-            ),
-        )
+        return _kept(stored.pk, stored.created_at, stored.size_bytes, lambda: _parsed(stored))
     report = build()
     body = report.as_dict()
+    size = len(json.dumps(body, separators=(",", ":")).encode())
+    limits = finance_settings()
+    if size > limits.report_store_bytes // 4:
+        return report  # too large to keep: computed for its request
     try:
         with transaction.atomic():
             stored = FinanceReport.objects.create(
-                snapshot=snapshot, endpoint=endpoint, params=key, rows=body
+                snapshot=snapshot,
+                endpoint=endpoint,
+                params=key,
+                rows=body,
+                size_bytes=size,
+                read_at=moment,
             )
+            _evict(limits)
     except IntegrityError:
         return report  # stored by a concurrent request with the same parameters: the same rows
-    return STORED_REPORTS.get(stored.pk, stored.created_at, lambda: replace(report, stored=True))
+    return _kept(stored.pk, stored.created_at, size, lambda: report)
 
 
 def _periods(

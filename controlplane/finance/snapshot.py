@@ -293,26 +293,40 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
     }
     settings = finance_settings()
     solve = _solver(plan, demand_ids)
-    # The edges share solves: a vector sized once is not solved again.
-    solved: SolveCache = {}
+    in_force = _plan_sizing(plan)
+    # The edges share solves: a vector sized once is not solved again. A day at the plan's own
+    # rates is the plan (what the re-plan solved, within its longer time limit).
+    plan_rates = np.array([demands[d].requests_per_s for d in demand_ids], dtype=np.float64)
+    solved: SolveCache = {plan_rates.tobytes(): (plan_rates, in_force)}
     by_edge: dict[str, list[Sizing]] = {}
     left = settings.max_solves
+    ends = time.monotonic() + settings.solve_budget_s
     exact = True
     for n, edge in enumerate(EDGES):
-        # The sizing quantile gets half the budget, the low edge half of the rest, the high
-        # edge what is left (unused solves pass on).
-        share = left if n == len(EDGES) - 1 else max(left // 2, 1)
-        sized = size_days_by_solve(rates[edge], solve, max_solves=share, cache=solved)
+        # The sizing quantile gets half the budget (solves and seconds), the low edge half of
+        # the rest, the high edge what is left (what one leaves unused passes on).
+        last = n == len(EDGES) - 1
+        share = left if last else max(left // 2, 1)
+        remaining = max(ends - time.monotonic(), 0.0)
+        deadline = time.monotonic() + (remaining if last else remaining / 2)
+        sized = size_days_by_solve(
+            rates[edge],
+            solve,
+            max_solves=share,
+            cache=solved,
+            stop=lambda until=deadline: time.monotonic() > until,
+        )
         left = max(left - sized.solves, 1)
         exact = exact and sized.exact
         by_edge[edge] = [sized.sizings[i] for i in sized.day]
     if not exact:
         notes.append(
-            "some days are sized with the fleet of a busier day (an upper bound): the solve "
-            f"budget (HEADROOM_FINANCE_MAX_SOLVES, {settings.max_solves}) ran out or a solve "
-            "stopped at its time limit"
+            "some days' fleets are not proven least-cost: a solve stopped at its time limit "
+            "(HEADROOM_FINANCE_SOLVE_TIME_LIMIT_S), or the solve budget "
+            f"(HEADROOM_FINANCE_MAX_SOLVES, {settings.max_solves}, or "
+            f"HEADROOM_FINANCE_SOLVE_BUDGET_S, {settings.solve_budget_s:g} s) ran out and a "
+            "busier day's fleet serves them (an upper bound)"
         )
-    in_force = _plan_sizing(plan)
 
     # Pools: every zone × shape the plan or a day's fleet uses.
     zone_region = {zone: r.name for r in problem.regions for zone in r.zones}

@@ -596,6 +596,7 @@ def size_days_by_solve(
     *,
     max_solves: int,
     cache: SolveCache | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> DaySizing:
     """The fleet for each day: the placement re-solved at that day's demand, with fewer solves.
 
@@ -613,7 +614,8 @@ def size_days_by_solve(
     to the solver's ties. Otherwise the run is halved, down to single days. Identical days are
     solved once (``cache``, which may hold solves of earlier calls).
 
-    After ``max_solves`` new solves, each day of a run still unproven takes the cheapest
+    After ``max_solves`` new solves (or once ``stop()`` is true, a time budget say), each day
+    of a run still unproven takes the cheapest
     fleet solved for a demand at least its own in every component (U's at worst): it serves
     the day, so it is an upper bound, and the result is not ``exact``.
     """
@@ -662,7 +664,8 @@ def size_days_by_solve(
         _, lo, hi = heapq.heappop(todo)
         run = matrix[lo:hi]
         top, bottom = run.max(axis=0), run.min(axis=0)
-        if new >= budget and top.tobytes() not in known:
+        spent = new >= budget or (stop is not None and stop())
+        if spent and top.tobytes() not in known:
             # Out of solves: the cheapest known fleet that serves each day.
             exact = False
             fallback = min(
