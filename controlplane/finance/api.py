@@ -175,10 +175,11 @@ class HistoryView(_FinanceView):
     query_serializer = GroupedQuerySerializer
 
     @extend_schema(
-        summary="Past periods: provisioned (the plans that were active) against planned",
+        summary="Actuals: what the active plans held in past periods, against the forecast",
         description=(
             "The last `horizon` periods up to now, from the plans' activation times, by group; "
-            "`planned_*` is what the earliest stored forecast covering the period said." + CSV_NOTE
+            "`planned_*` is what the earliest stored forecast covering the period said, and "
+            "`variance_*` held less planned once the period has ended." + CSV_NOTE
         ),
         parameters=[GroupedQuerySerializer],
         responses={200: ReportSerializer},

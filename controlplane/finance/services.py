@@ -1129,7 +1129,11 @@ def history_columns(group_by: Sequence[str]) -> tuple[str, ...]:
         "gpu_hours",
         "cost",
         "planned_replica_hours",
+        "planned_gpu_hours",
         "planned_cost",
+        "variance_replica_hours",
+        "variance_gpu_hours",
+        "variance_cost",
     )
 
 
@@ -1142,9 +1146,10 @@ def finance_history(
     tenant: str | None = None,
 ) -> Report:
     """What was provisioned in each of the last ``horizon`` periods (the current one up to the
-    last whole hour before ``now``), from the plans that were active (their activation times), by group; beside it
-    what was planned for the period: the forecast of the earliest stored snapshot whose
-    horizon began at or before the period (None where there is none). ``tenant``: that
+    last whole hour before ``now``), from the plans that were active (their activation
+    times), by group; beside it what was planned for the period: the forecast of the earliest
+    stored snapshot whose horizon began at or before the period (None where there is none),
+    and the variance, held less planned, once the period has ended. ``tenant``: that
     tenant's rows only (also grouped by tenant)."""
     kind = _check_period(period)
     groups = _tenant_groups(check_group_by(group_by), tenant)
@@ -1209,6 +1214,8 @@ def finance_history(
     rows = []
     for k, key, _q, sums in grouped:
         plan_row = planned.get((spans[k].label, key))
+        # Held less planned, for a period that has ended (the current one is still filling).
+        ended = plan_row is not None and spans[k].end <= end_ts
         rows.append(
             {
                 **spans[k].columns(),
@@ -1221,7 +1228,25 @@ def finance_history(
                 "planned_replica_hours": (
                     hours(plan_row["replica_hours"]) if plan_row is not None else None
                 ),
+                "planned_gpu_hours": (
+                    hours(plan_row["gpu_hours"]) if plan_row is not None else None
+                ),
                 "planned_cost": money(plan_row["cost"]) if plan_row is not None else None,
+                "variance_replica_hours": (
+                    hours(sums["replica_hours"] - plan_row["replica_hours"])
+                    if ended and plan_row is not None
+                    else None
+                ),
+                "variance_gpu_hours": (
+                    hours(sums["gpu_hours"] - plan_row["gpu_hours"])
+                    if ended and plan_row is not None
+                    else None
+                ),
+                "variance_cost": (
+                    money(sums["cost"] - plan_row["cost"])
+                    if ended and plan_row is not None
+                    else None
+                ),
             }
         )
     active = selectors.plan_active_with_rows()
@@ -1279,7 +1304,8 @@ def _planned_for(
                 continue
             cells = _cells(snapshot, kind, start, 1, plan_until=snapshot.created_at)
             atoms = _forecast_atoms(snapshot, cells, "tenant" in groups or "tier" in groups)
-            for _k, key, _q, sums in _group(atoms, groups, ("replica_hours", "cost")):
+            planned_sums = ("replica_hours", "gpu_hours", "cost")
+            for _k, key, _q, sums in _group(atoms, groups, planned_sums):
                 out[(span.label, key)] = sums
             break
     return out
