@@ -256,6 +256,11 @@ def _plan_sizing(plan: Plan) -> Sizing:
     )
 
 
+def _past(deadline: float) -> Callable[[], bool]:
+    """Whether the monotonic clock has passed ``deadline``."""
+    return lambda: time.monotonic() > deadline
+
+
 def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnapshot:
     """The stored snapshot of ``plan`` over ``hours`` from ``start``, computed and stored if
     it is not there yet (see the module docstring). ``start`` is a UTC day start."""
@@ -310,11 +315,7 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
         remaining = max(ends - time.monotonic(), 0.0)
         deadline = time.monotonic() + (remaining if last else remaining / 2)
         sized = size_days_by_solve(
-            rates[edge],
-            solve,
-            max_solves=share,
-            cache=solved,
-            stop=lambda until=deadline: time.monotonic() > until,
+            rates[edge], solve, max_solves=share, cache=solved, stop=_past(deadline)
         )
         left = max(left - sized.solves, 1)
         exact = exact and sized.exact
