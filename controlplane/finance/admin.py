@@ -38,6 +38,14 @@ class PromisePricingAdmin(ReadOnlyAdmin):
 
 @admin.register(FinanceReport)
 class FinanceReportAdmin(ReadOnlyAdmin):
-    list_display = ("id", "snapshot", "endpoint", "params", "created_at")
+    list_display = ("id", "snapshot", "endpoint", "params", "size_bytes", "read_at", "created_at")
     list_filter = ("endpoint",)
-    readonly_fields = ("snapshot", "endpoint", "params", "rows", "created_at")
+    readonly_fields = (
+        "snapshot",
+        "endpoint",
+        "params",
+        "size_bytes",
+        "read_at",
+        "rows",
+        "created_at",
+    )

@@ -23,7 +23,7 @@ from controlplane.core.api import QueryGuardMixin
 from controlplane.core.renderers import RenderedOnceJSONRenderer
 from controlplane.core.roles import ROLES, RolePermission
 from controlplane.core.tenancy import TENANT_OWN, request_principal
-from controlplane.finance import services
+from controlplane.finance import opencost, services
 from controlplane.finance.renderers import CSVRenderer, ReportCSVRenderer
 from controlplane.finance.serializers import (
     GroupedQuerySerializer,
@@ -93,7 +93,9 @@ class ForecastView(_FinanceView):
         description=(
             "For the active plan and the demand forecast, from the current period on: each row "
             "a period and a group (`group_by`), with the quantile it was sized at and the band's "
-            "low and high edges. The current period is the active plan, hour for hour." + CSV_NOTE
+            "low and high edges. Every period is the sum of its days: today and before are the "
+            "active plan, hour for hour; later days the placement re-solved at the day's "
+            "forecast." + CSV_NOTE
         ),
         parameters=[GroupedQuerySerializer],
         responses={200: ReportSerializer, 404: NOT_FOUND},
@@ -173,10 +175,11 @@ class HistoryView(_FinanceView):
     query_serializer = GroupedQuerySerializer
 
     @extend_schema(
-        summary="Past periods: provisioned (the plans that were active) against planned",
+        summary="Actuals: what the active plans held in past periods, against the forecast",
         description=(
             "The last `horizon` periods up to now, from the plans' activation times, by group; "
-            "`planned_*` is what the earliest stored forecast covering the period said." + CSV_NOTE
+            "`planned_*` is what the earliest stored forecast covering the period said, and "
+            "`variance_*` held less planned once the period has ended." + CSV_NOTE
         ),
         parameters=[GroupedQuerySerializer],
         responses={200: ReportSerializer},
@@ -198,22 +201,18 @@ class OpenCostAllocationView(_FinanceView):
     renderer_classes = [JSONRenderer, BrowsableAPIRenderer]
 
     @extend_schema(
-        summary="The forecast in OpenCost's allocation response shape",
+        summary="The forecast in OpenCost's allocation API",
         description=(
-            "For cost tools that read OpenCost's `/allocation` API: `data` is one set per "
-            "period, each mapping the aggregate's name to an allocation (`window`, `gpuHours`, "
-            "`gpuCost`, `totalCost`, ...)."
+            "For cost tools that read OpenCost's `/allocation` API: OpenCost's parameters "
+            "(`window`, `step`, `aggregate`, `accumulate`, `accumulateBy`, `includeIdle`, "
+            "`shareIdle`, …) and response, `data` one set per step, each mapping the "
+            "aggregate's name to an allocation with OpenCost's 49 fields; the idle headroom is "
+            "`__idle__`. Windows are whole UTC days from today to the forecast's end. An "
+            "unknown parameter, or a value this forecast cannot answer, is a 400 naming it."
         ),
         parameters=[OpenCostQuerySerializer],
         responses={200: OpenCostResponseSerializer, 404: NOT_FOUND},
     )
     def get(self, request: Request) -> Response:
-        q = self.query(request)
-        return self.answer(
-            lambda: services.opencost_allocation(
-                period=q["period"],
-                aggregate=q["aggregate"],
-                horizon=q.get("horizon"),
-                tenant=self.tenant,
-            )
-        )
+        params = {str(k): str(v) for k, v in request.query_params.items() if k != "format"}
+        return self.answer(lambda: opencost.opencost_allocation(params, tenant=self.tenant))

@@ -8,7 +8,8 @@ stored as one compressed NumPy archive (``arrays``); the pools and loads they in
 
 A ``PromisePricing`` holds the plan's problem re-solved one promise lighter at a time, and each
 tenant's promised load that shares each promise's price. A ``FinanceReport`` caches one endpoint's rows for one snapshot and one
-set of parameters, so a repeated request reads one row.
+set of parameters, so a repeated request reads one row; the stored reports are capped in
+number and bytes (``controlplane.finance.conf``), the least recently read evicted first.
 """
 
 from __future__ import annotations
@@ -66,6 +67,15 @@ class FinanceReport(models.Model):
     endpoint = models.CharField(max_length=32)
     params = models.CharField(max_length=255, help_text="Canonical query parameters.")
     rows = models.JSONField()
+    size_bytes = models.PositiveIntegerField(
+        default=0, help_text="Bytes of the stored rows as JSON (what the storage caps count)."
+    )
+    read_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the report was last read (to the minute or so); the least recently "
+        "read go first when the stored reports are over their cap.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -39,18 +39,50 @@ class GroupedQuerySerializer(ReportQuerySerializer):
         return _groups(value)
 
 
-class OpenCostQuerySerializer(ReportQuerySerializer):
+class OpenCostQuerySerializer(serializers.Serializer[Any]):
+    """OpenCost's ``/allocation`` parameters, for the schema (``opencost.opencost_query``
+    checks them: a 400 names the first that is unknown, malformed or not supported)."""
+
+    window = serializers.CharField(
+        required=False,
+        help_text="OpenCost's window: today, start,end (RFC 3339 or unix seconds), 1d, …; "
+        "whole UTC days from today to the forecast's end. Without it, period and horizon.",
+    )
+    step = serializers.CharField(
+        required=False, help_text="Length of each set, whole days (1d, 7d, 1w); default: window."
+    )
+    resolution = serializers.CharField(required=False, help_text="Only 1d (the forecast is daily).")
     aggregate = serializers.CharField(
         required=False,
         default="region",
-        help_text=f"OpenCost's aggregate: comma-separated, any of {', '.join(GROUPS)}.",
+        help_text=f"Comma-separated, any of {', '.join(GROUPS)}.",
     )
-
-    def validate_aggregate(self, value: str) -> list[str]:
-        names = _groups(value)
-        if not names:
-            raise serializers.ValidationError(f"Name at least one of {', '.join(GROUPS)}.")
-        return names
+    accumulate = serializers.CharField(
+        required=False, help_text="true: one set summing the window (default false)."
+    )
+    accumulateBy = serializers.CharField(
+        required=False, help_text="all, day, week (ISO), month or quarter."
+    )
+    includeIdle = serializers.CharField(
+        required=False, help_text="true: the idle headroom as its own __idle__ allocation."
+    )
+    shareIdle = serializers.CharField(
+        required=False, help_text="true: the idle headroom shared over the allocations by use."
+    )
+    idleByNode = serializers.CharField(required=False, help_text="Only false.")
+    sharelb = serializers.CharField(required=False, help_text="No load balancers: no effect.")
+    includeProportionalAssetResourceCosts = serializers.CharField(
+        required=False, help_text="Only false."
+    )
+    includeAggregatedMetadata = serializers.CharField(
+        required=False, help_text="The group's values are always in properties.labels."
+    )
+    period = serializers.ChoiceField(
+        choices=PERIODS, required=False, help_text="Without a window: one set per period."
+    )
+    horizon = serializers.IntegerField(
+        min_value=1, max_value=MAX_HORIZON, required=False, help_text="Number of periods."
+    )
 
 
 class ReportSerializer(serializers.Serializer[Any]):

@@ -6,8 +6,10 @@ snapshot of the active plan (``snapshot.py``: computed once per plan version and
 stored); each report's rows for one set of parameters are stored too (``FinanceReport``), so a
 repeated request reads one row.
 
-- The period containing ``now`` is sized by the active plan itself, every hour of it: its cost
-  is the plan's $/h × the period's hours. Later periods follow the snapshot's sizing.
+- Every period is the sum of its days (``plan_days_end``): the days up to the one containing
+  ``now`` are the active plan itself, every hour of it (the plan's $/h × 24 a day); later days
+  follow the snapshot's sizing (the placement re-solved at the day's forecast). So a period
+  has one price whatever the grain it is asked by.
 - Tenant and tier rows split each pool's cost by the replica-hours each tenant's load uses
   there, the idle headroom shared in proportion (``planner.forecast.finance.showback_split``);
   a pool that no load uses is the ``(idle headroom)`` tenant's.
@@ -25,18 +27,21 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from controlplane.core.memo import RowMemo
 from controlplane.core.tasks import task_send_on_commit
 from controlplane.finance import selectors
+from controlplane.finance.conf import FinanceSettings, finance_settings
+from controlplane.finance.memo import ByteMemo
 from controlplane.finance.models import FinanceReport, FinanceSnapshot, PromisePricing
 from controlplane.finance.snapshot import horizon_for, snapshot_arrays, snapshot_compute
 from controlplane.plans.conf import replan_settings
@@ -80,8 +85,8 @@ class FinanceInputError(ValueError):
 
 
 # Reports read from their stored rows, shared by the requests of this process (callers only
-# read them).
-STORED_REPORTS: RowMemo[Report] = RowMemo(size=64)
+# read them), bounded by the bytes of their JSON (``HEADROOM_FINANCE_REPORT_CACHE_BYTES``).
+STORED_REPORTS: ByteMemo[Report] = ByteMemo(lambda: finance_settings().report_cache_bytes)
 
 
 class NoActivePlan(LookupError):
@@ -118,6 +123,11 @@ def _check_period(period: str) -> Period:
     return check_period("period", period)
 
 
+def check_period_name(period: str) -> Period:
+    """``period`` if it is a period name; else ``FinanceInputError`` naming ``period``."""
+    return _check_period(period)
+
+
 def _check_horizon(horizon: int | None, period: Period) -> int:
     value = DEFAULT_HORIZON[period] if horizon is None else horizon
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -147,8 +157,9 @@ class ForecastRow:
     """Replica-hours, GPU-hours and cost of one group in one period, with the band's edges.
 
     ``quantile`` is the forecast quantile the group was sized at (None when the group mixes
-    tiers of different quantiles); ``sized_by`` is ``plan`` for the current period (the active
-    plan, hour for hour) and ``forecast`` after it.
+    tiers of different quantiles); ``sized_by`` is ``plan`` for a period of the active plan's
+    days only (hour for hour), ``forecast`` for one of forecast days only and
+    ``plan+forecast`` for the period holding both.
     """
 
     period: PeriodSpan
@@ -281,36 +292,96 @@ def finance_snapshot(*, now: datetime | None = None) -> FinanceSnapshot:
     return snapshot_compute(plan=plan, start=start, hours=length)
 
 
+def _current(moment: datetime, kind: Period) -> str:
+    """What a stored report depends on besides its parameters: the current period and the day
+    the plan's days end with (``plan_days_end``)."""
+    stamp = np.array([moment.timestamp()])
+    return "@".join(
+        period_label(int(period_starts(stamp, grain)[0]), grain) for grain in (kind, "day")
+    )
+
+
+# A stored report's JSON is rendered once per process (``core.renderers``) up to this size;
+# the renderer's memo keeps 32 bodies and their reports, so a larger one renders each time.
+RENDER_ONCE_MAX_BYTES = 256 * 1024
+# A read marks a stored report read at most this often (seconds): the eviction's order, with
+# a write per report per interval rather than per request.
+READ_MARK_S = 600
+
+
+def _parsed(stored: FinanceReport) -> Report:
+    rows = stored.rows
+    return Report(
+        **{**rows, "group_by": tuple(rows["group_by"]), "columns": tuple(rows["columns"])}
+    )
+
+
+def _kept(pk: int, created: datetime, weight: int, compute: Callable[[], Report]) -> Report:
+    """``compute()``'s report, kept in this process's memo when it fits, and marked ``stored``
+    (one shared object whose body is rendered once) when it is small enough for that."""
+    report, _ = STORED_REPORTS.get(
+        (pk, created.isoformat()),
+        weight,
+        lambda: replace(compute(), stored=weight <= RENDER_ONCE_MAX_BYTES),
+    )
+    return report
+
+
+def _mark_read(stored: FinanceReport, moment: datetime) -> None:
+    cutoff = moment - timedelta(seconds=READ_MARK_S)
+    if stored.read_at is None or stored.read_at < cutoff:
+        FinanceReport.objects.filter(pk=stored.pk).filter(
+            Q(read_at__isnull=True) | Q(read_at__lt=cutoff)
+        ).update(read_at=moment)
+
+
+def _evict(limits: FinanceSettings) -> None:
+    """Delete the least recently read stored reports beyond the caps (count and bytes)."""
+    order = Coalesce("read_at", "created_at")
+    rows = FinanceReport.objects.order_by(order.desc(), "-pk").values_list("pk", "size_bytes")
+    total, drop = 0, []
+    for n, (pk, size) in enumerate(rows):
+        total += size
+        if n >= limits.max_reports or total > limits.report_store_bytes:
+            drop.append(pk)
+    if drop:
+        FinanceReport.objects.filter(pk__in=drop).delete()
+
+
 def _cached(
     snapshot: FinanceSnapshot, endpoint: str, params: dict[str, Any], build: Callable[[], Report]
 ) -> Report:
+    """The report for ``params`` (a canonical key: sorted JSON): read from its stored row, or
+    built and stored within the caps (``conf``), each process keeping the parsed ones it read
+    last within a byte budget (``STORED_REPORTS``)."""
     key = json.dumps(params, sort_keys=True, separators=(",", ":"))
+    moment = timezone.now()
     found = selectors.report_find(snapshot=snapshot, endpoint=endpoint, params=key)
     if found is not None:
         stored = found
+        _mark_read(stored, moment)
         # A stored report never changes: its rows are read and parsed once per process.
-        return STORED_REPORTS.get(
-            stored.pk,
-            stored.created_at,
-            lambda: Report(
-                **{
-                    **stored.rows,
-                    "group_by": tuple(stored.rows["group_by"]),
-                    "columns": tuple(stored.rows["columns"]),
-                },
-                stored=True,
-            ),
-        )
+        return _kept(stored.pk, stored.created_at, stored.size_bytes, lambda: _parsed(stored))
     report = build()
     body = report.as_dict()
+    size = len(json.dumps(body, separators=(",", ":")).encode())
+    limits = finance_settings()
+    if size > limits.report_store_bytes // 4:
+        return report  # too large to keep: computed for its request
     try:
         with transaction.atomic():
             stored = FinanceReport.objects.create(
-                snapshot=snapshot, endpoint=endpoint, params=key, rows=body
+                snapshot=snapshot,
+                endpoint=endpoint,
+                params=key,
+                rows=body,
+                size_bytes=size,
+                read_at=moment,
             )
+            _evict(limits)
     except IntegrityError:
         return report  # stored by a concurrent request with the same parameters: the same rows
-    return STORED_REPORTS.get(stored.pk, stored.created_at, lambda: replace(report, stored=True))
+    return _kept(stored.pk, stored.created_at, size, lambda: report)
 
 
 def _periods(
@@ -346,6 +417,7 @@ class _Cells:
     """Pool × period values of a snapshot over the requested periods."""
 
     spans: list[PeriodSpan]
+    sized_by: list[str]
     rep: npt.NDArray[np.float64]
     rep_low: npt.NDArray[np.float64]
     rep_high: npt.NDArray[np.float64]
@@ -359,27 +431,51 @@ class _Cells:
     tokens: npt.NDArray[np.float64]
 
 
+def plan_days_end(snapshot: FinanceSnapshot, moment: datetime) -> int:
+    """Epoch seconds where the plan's days end and the forecast's begin: the end of the UTC
+    day containing ``moment`` (never before the snapshot's start). Every grain cuts there, so
+    a period costs the sum of its days whatever it is asked by."""
+    first = int(snapshot.start.timestamp())
+    day_end = (int(moment.timestamp()) // 86400 + 1) * 86400
+    return max(first, day_end)
+
+
+def _sized_by(span: PeriodSpan, plan_end: int) -> str:
+    if span.end <= plan_end:
+        return "plan"
+    if span.start >= plan_end:
+        return "forecast"
+    return "plan+forecast"
+
+
 def _cells(
     snapshot: FinanceSnapshot,
     period: Period,
     now: datetime,
     horizon: int,
     *,
-    plan_first: bool = True,
+    plan_until: datetime | None = None,
 ) -> _Cells:
-    """Pool × period values from the period containing ``now``; with ``plan_first`` that period
-    is the snapshot's plan, hour for hour, rather than its forecast sizing."""
+    """Pool × period values from the period containing ``now``. The days up to the one
+    containing ``plan_until`` (default ``now``) are the snapshot's plan, hour for hour; later
+    days its forecast sizing (``plan_days_end``)."""
     spans, matrix = _periods(snapshot, period, now, horizon)
     arrays = snapshot_arrays(snapshot)
     pools = snapshot.pools
-    rep, rep_low, rep_high = (arrays[n] @ matrix for n in ("rep_q", "rep_low", "rep_high"))
-    # The current period is the active plan, every hour of it.
-    if plan_first:
-        planned = np.array([p["replicas"] for p in pools], dtype=np.float64)
-        current_hours = (spans[0].end - spans[0].start) / HOUR_S
-        rep[:, 0] = planned * current_hours
-        rep_low[:, 0] = np.minimum(rep_low[:, 0], rep[:, 0])
-        rep_high[:, 0] = np.maximum(rep_high[:, 0], rep[:, 0])
+    plan_end = plan_days_end(snapshot, now if plan_until is None else plan_until)
+    plan_days = min((plan_end - int(snapshot.start.timestamp())) // 86400, snapshot.hours // 24)
+    planned = np.array([p["replicas"] for p in pools], dtype=np.float64) * 24.0
+    daily: dict[str, npt.NDArray[np.float64]] = {}
+    for name in ("rep_q", "rep_low", "rep_high"):
+        values = np.array(arrays[name], dtype=np.float64)
+        # The days the plan runs: the plan, whatever the band says.
+        values[:, :plan_days] = planned[:, None]
+        daily[name] = values
+    for name in ("used", "requests", "tokens"):
+        values = np.array(arrays[name], dtype=np.float64)
+        values[:, :plan_days] = arrays[f"{name}_plan"][:, :plan_days]
+        daily[name] = values
+    rep, rep_low, rep_high = (daily[n] @ matrix for n in ("rep_q", "rep_low", "rep_high"))
     zones_of: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i, p in enumerate(pools):
         zones_of[(p["region"], p["shape"])].append(i)
@@ -399,9 +495,10 @@ def _cells(
         load = snapshot.loads[j]
         total = region_rep[(load["region"], load["shape"])]
         zone_share[n] = np.divide(rep[i], total, out=np.zeros(len(spans)), where=total > 0)
-    per_load = {n: arrays[n] @ matrix for n in ("used", "requests", "tokens")}
+    per_load = {n: daily[n] @ matrix for n in ("used", "requests", "tokens")}
     return _Cells(
         spans=spans,
+        sized_by=[_sized_by(span, plan_end) for span in spans],
         rep=rep,
         rep_low=rep_low,
         rep_high=rep_high,
@@ -415,6 +512,19 @@ def _cells(
         ),
         tokens=per_load["tokens"][loads] * zone_share if loads.size else np.zeros((0, len(spans))),
     )
+
+
+def day_cells(
+    snapshot: FinanceSnapshot, period: Period, first: datetime, count: int, *, plan_until: datetime
+) -> _Cells:
+    """Pool × period values of ``count`` periods from the one containing ``first``, the days up
+    to the one containing ``plan_until`` the plan's (for the OpenCost endpoint's windows)."""
+    return _cells(snapshot, period, first, count, plan_until=plan_until)
+
+
+def cells_split(cells: _Cells) -> tuple[Any, npt.NDArray[np.float64]]:
+    """The showback split of every pool × period cell and the cells' cost."""
+    return _split(cells)
 
 
 @dataclass
@@ -547,7 +657,7 @@ def finance_forecast(
     count = _check_horizon(horizon, kind)
     moment = now or timezone.now()
     snapshot = finance_snapshot(now=moment)
-    current = period_label(int(period_starts(np.array([moment.timestamp()]), kind)[0]), kind)
+    current = _current(moment, kind)
     params = {"period": kind, "group_by": list(groups), "horizon": count, "current": current}
 
     def build() -> Report:
@@ -563,7 +673,7 @@ def finance_forecast(
                     quantile=q,
                     band_low_quantile=float(snapshot.quantiles["low"]),
                     band_high_quantile=float(snapshot.quantiles["high"]),
-                    sized_by="plan" if k == 0 else "forecast",
+                    sized_by=cells.sized_by[k],
                     **sums,
                 ).as_dict()
             )
@@ -623,7 +733,7 @@ def finance_showback(
     count = _check_horizon(horizon, kind)
     moment = now or timezone.now()
     snapshot = finance_snapshot(now=moment)
-    current = period_label(int(period_starts(np.array([moment.timestamp()]), kind)[0]), kind)
+    current = _current(moment, kind)
     params = {"period": kind, "horizon": count, "current": current}
 
     def build() -> Report:
@@ -747,7 +857,7 @@ def finance_commitments(
     count = _check_horizon(horizon, kind)
     moment = now or timezone.now()
     snapshot = finance_snapshot(now=moment)
-    current = period_label(int(period_starts(np.array([moment.timestamp()]), kind)[0]), kind)
+    current = _current(moment, kind)
     params = {"period": kind, "horizon": count, "current": current}
 
     def build() -> Report:
@@ -756,15 +866,16 @@ def finance_commitments(
         first = int(snapshot.start.timestamp())
         lo = (spans[0].start - first) // HOUR_S
         hi = (spans[-1].end - first) // HOUR_S
-        now_hi = (spans[0].end - first) // HOUR_S
+        # The days the plan runs need the plan's GPUs whatever the demand.
+        now_hi = (plan_days_end(snapshot, moment) - first) // HOUR_S
         timestamps = first + HOUR_S * np.arange(lo, hi, dtype=np.int64)
         rows = []
         for g, pool in enumerate(snapshot.gpu_pools):
             expected = arrays["gpu_q"][g, lo:hi].astype(np.int64)
             low = arrays["gpu_low"][g, lo:hi].astype(np.int64)
             # The current period runs the active plan whatever the demand.
-            expected[: now_hi - lo] = pool["gpus"]
-            low[: now_hi - lo] = pool["gpus"]
+            expected[: max(now_hi - lo, 0)] = pool["gpus"]
+            low[: max(now_hi - lo, 0)] = pool["gpus"]
             key = (pool["region"], pool["accelerator"])
             price = GpuPrice(on_demand=pool["on_demand_price"], reserved=pool["reserved_price"])
             level = optimal_commitment(low, price.reserved, price.on_demand)
@@ -1001,77 +1112,6 @@ def finance_promises(*, tenant: str | None = None) -> Report:
     )
 
 
-# -- OpenCost's allocation shape --------------------------------------------------------------
-
-# Checked against OpenCost's own source: core/pkg/opencost/allocation_json.go (AllocationJSON's
-# JSON names), core/pkg/opencost/window.go (a window is {"start", "end"} in RFC 3339),
-# core/pkg/opencost/allocation.go (IdleSuffix "__idle__") and pkg/costmodel/router.go (the
-# {"code", "status", "data"} response).
-OPENCOST_IDLE = "__idle__"
-
-
-def opencost_allocation(
-    *,
-    period: str = "month",
-    aggregate: Iterable[str] = ("region",),
-    horizon: int | None = None,
-    now: datetime | None = None,
-    tenant: str | None = None,
-) -> dict[str, Any]:
-    """The forecast in OpenCost's allocation response shape: ``data`` holds one set per period,
-    each a mapping from the aggregate's name (values joined by "/", as OpenCost names a
-    multi-key aggregate) to an allocation with ``window``, ``start``, ``end``, ``minutes``,
-    ``gpuCount``, ``gpuHours``, ``gpuCost``, ``totalCost`` (CPU, RAM, storage and network
-    fields are zero: Headroom prices GPUs). The idle headroom tenant is ``__idle__``.
-    ``tenant``: that tenant's allocations only (aggregated by tenant too)."""
-    groups = check_group_by(aggregate)
-    if not groups:
-        raise FinanceInputError("aggregate", f"name at least one of {', '.join(GROUPS)}")
-    groups = _tenant_groups(groups, tenant)
-    report = finance_forecast(
-        period=period, group_by=groups, horizon=horizon, now=now, tenant=tenant
-    )
-    sets: dict[str, dict[str, Any]] = {}
-    order: list[str] = []
-    for row in report.rows:
-        label = row["period"]
-        if label not in sets:
-            sets[label] = {}
-            order.append(label)
-        parts = [OPENCOST_IDLE if row[g] == IDLE else str(row[g]) for g in groups]
-        name = "/".join(parts)
-        start, end = row["period_start"], row["period_end"]
-        minutes = (
-            datetime.fromisoformat(end).timestamp() - datetime.fromisoformat(start).timestamp()
-        ) / 60
-        zero = 0.0
-        sets[label][name] = {
-            "name": name,
-            "properties": {"labels": {g: str(row[g]) for g in groups}},
-            "window": {"start": start, "end": end},
-            "start": start,
-            "end": end,
-            "minutes": minutes,
-            "cpuCores": zero,
-            "cpuCoreHours": zero,
-            "cpuCost": zero,
-            "gpuCount": round(row["gpu_hours"] / (minutes / 60), 5) if minutes else zero,
-            "gpuHours": row["gpu_hours"],
-            "gpuCost": row["cost"],
-            "gpuCostAdjustment": zero,
-            "ramBytes": zero,
-            "ramByteHours": zero,
-            "ramCost": zero,
-            "pvCost": zero,
-            "networkCost": zero,
-            "loadBalancerCost": zero,
-            "sharedCost": zero,
-            "externalCost": zero,
-            "totalCost": row["cost"],
-        }
-    return {"code": 200, "status": "success", "data": [sets[label] for label in order]}
-
-
 # -- history ----------------------------------------------------------------------------------
 
 HISTORY_VALUES = ("hours_active", "replica_hours", "gpu_hours", "cost")
@@ -1089,7 +1129,11 @@ def history_columns(group_by: Sequence[str]) -> tuple[str, ...]:
         "gpu_hours",
         "cost",
         "planned_replica_hours",
+        "planned_gpu_hours",
         "planned_cost",
+        "variance_replica_hours",
+        "variance_gpu_hours",
+        "variance_cost",
     )
 
 
@@ -1102,9 +1146,10 @@ def finance_history(
     tenant: str | None = None,
 ) -> Report:
     """What was provisioned in each of the last ``horizon`` periods (the current one up to the
-    last whole hour before ``now``), from the plans that were active (their activation times), by group; beside it
-    what was planned for the period: the forecast of the earliest stored snapshot whose
-    horizon began at or before the period (None where there is none). ``tenant``: that
+    last whole hour before ``now``), from the plans that were active (their activation
+    times), by group; beside it what was planned for the period: the forecast of the earliest
+    stored snapshot whose horizon began at or before the period (None where there is none),
+    and the variance, held less planned, once the period has ended. ``tenant``: that
     tenant's rows only (also grouped by tenant)."""
     kind = _check_period(period)
     groups = _tenant_groups(check_group_by(group_by), tenant)
@@ -1169,6 +1214,8 @@ def finance_history(
     rows = []
     for k, key, _q, sums in grouped:
         plan_row = planned.get((spans[k].label, key))
+        # Held less planned, for a period that has ended (the current one is still filling).
+        ended = plan_row is not None and spans[k].end <= end_ts
         rows.append(
             {
                 **spans[k].columns(),
@@ -1181,7 +1228,25 @@ def finance_history(
                 "planned_replica_hours": (
                     hours(plan_row["replica_hours"]) if plan_row is not None else None
                 ),
+                "planned_gpu_hours": (
+                    hours(plan_row["gpu_hours"]) if plan_row is not None else None
+                ),
                 "planned_cost": money(plan_row["cost"]) if plan_row is not None else None,
+                "variance_replica_hours": (
+                    hours(sums["replica_hours"] - plan_row["replica_hours"])
+                    if ended and plan_row is not None
+                    else None
+                ),
+                "variance_gpu_hours": (
+                    hours(sums["gpu_hours"] - plan_row["gpu_hours"])
+                    if ended and plan_row is not None
+                    else None
+                ),
+                "variance_cost": (
+                    money(sums["cost"] - plan_row["cost"])
+                    if ended and plan_row is not None
+                    else None
+                ),
             }
         )
     active = selectors.plan_active_with_rows()
@@ -1237,9 +1302,10 @@ def _planned_for(
                 or created >= span.end
             ):
                 continue
-            cells = _cells(snapshot, kind, start, 1, plan_first=span.start <= created)
+            cells = _cells(snapshot, kind, start, 1, plan_until=snapshot.created_at)
             atoms = _forecast_atoms(snapshot, cells, "tenant" in groups or "tier" in groups)
-            for _k, key, _q, sums in _group(atoms, groups, ("replica_hours", "cost")):
+            planned_sums = ("replica_hours", "gpu_hours", "cost")
+            for _k, key, _q, sums in _group(atoms, groups, planned_sums):
                 out[(span.label, key)] = sums
             break
     return out

@@ -10,25 +10,31 @@ How future hours are sized (``docs/finance.md`` says the same for readers):
 2. The fleet re-plans every day for the peak of the re-plan horizon ahead, so each day is
    sized for ``planner.forecast.finance.rolling_peak`` of the band at the demand's tier
    quantile (and at the band's low and high edges): the p99 hour of the week starting that
-   day. Its ratio to the rate the plan was sized for scales the plan.
-3. Each region's shape scales by the load-weighted ratio of the demands routed to it (planned
-   requests × replica-seconds per request), zone by zone, rounded up and never below the
-   floors of its promises (``scale_replicas``). A pool the plan keeps with nothing routed to
-   it stays as it is.
-4. Tenants' use of each pool is their expected (mean) rate × replica-seconds per request ÷
-   target utilisation; the showback splits the cost by it.
+   day.
+3. Each day's fleet is the placement re-solved at those rates (``planner.placement.solve``,
+   the plan's problem with its demands at the day's rates, warm-started from the plan: its
+   replicas as ``previous``), with fewer solves by ``size_days_by_solve``'s proven rule (a run
+   of days whose least and greatest demand solve to the same fleet shares it; identical days
+   and edges solve once). The solves are made once per plan version and horizon, when the
+   snapshot is stored (on activation, by the warm-up task).
+4. Tenants' use of each pool is their expected (mean) rate, split by the day's routing, ×
+   replica-seconds per request ÷ target utilisation; the showback splits the cost by it. The
+   plan's own routing gives the same for the days the plan runs (``*_plan`` arrays).
 
-The period containing the moment of a request is not taken from this sizing but from the
-active plan itself (``services``): the fleet running now is the plan.
+Days up to the one containing the moment of a request are not taken from this sizing but from
+the active plan itself (``services``): the fleet running now is the plan. Every period is the
+sum of its days, so a month costs what its days and its weeks' shares cost.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import json
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -38,6 +44,7 @@ import numpy.typing as npt
 from django.db import IntegrityError, transaction
 
 from controlplane.finance import selectors
+from controlplane.finance.conf import finance_settings
 from controlplane.finance.models import FinanceSnapshot
 from controlplane.plans.conf import replan_settings
 from controlplane.plans.demand import (
@@ -47,10 +54,17 @@ from controlplane.plans.demand import (
     rate_history,
 )
 from controlplane.plans.models import Plan
+from planner import placement
 from planner.errors import PlannerInputError
 from planner.forecast import fit_demand
-from planner.forecast.finance import rolling_peak, scale_replicas
-from planner.placement.problem import PROMISE_LEVEL, parse_problem
+from planner.forecast.finance import (
+    Sizing,
+    SolveCache,
+    rolling_peak,
+    size_days_by_solve,
+    sizing_from_solution,
+)
+from planner.placement.problem import parse_problem
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -191,6 +205,62 @@ def _daily(values: npt.NDArray[Any]) -> FloatArray:
     return np.asarray(values.reshape(shape).sum(axis=-1), dtype=np.float64)
 
 
+EDGES = ("q", "low", "high")
+
+
+def _previous(plan: Plan) -> list[dict[str, Any]]:
+    return [
+        {"zone": row.zone, "shape": row.shape, "replicas": int(row.replicas)}
+        for row in plan.allocations.all()
+        if row.replicas > 0
+    ]
+
+
+def _solver(plan: Plan, demand_ids: list[str]) -> Callable[[FloatArray], Sizing]:
+    """``solve(rates)``: the plan's problem re-solved with its demands at ``rates`` (requests/s,
+    in ``demand_ids`` order), warm-started from the plan (its replicas as ``previous``)."""
+    base = {k: v for k, v in plan.problem.items() if k != "previous"}
+    base["previous"] = _previous(plan)
+    index = {demand_id: j for j, demand_id in enumerate(demand_ids)}
+    replan = replan_settings()
+    limit = finance_settings().solve_time_limit_s
+
+    def solve(rates: FloatArray) -> Sizing:
+        problem = copy.deepcopy(base)
+        for demand in problem.get("demands", []):
+            demand["requests_per_s"] = float(rates[index[demand["id"]]])
+        solution = placement.solve(
+            problem, time_limit_s=limit, workers=replan.solver_workers, seed=replan.solver_seed
+        )
+        return sizing_from_solution(solution)
+
+    return solve
+
+
+def _plan_sizing(plan: Plan) -> Sizing:
+    """The plan in force as a ``Sizing`` (what the days before the forecast run)."""
+    routed: dict[str, float] = defaultdict(float)
+    rows = [r for r in plan.routing.all() if r.requests_per_s > 0]
+    for row in rows:
+        routed[row.demand] += row.requests_per_s
+    return Sizing(
+        replicas=tuple(sorted((r["zone"], r["shape"], r["replicas"]) for r in _previous(plan))),
+        routing=tuple(
+            sorted(
+                (row.demand, row.region, row.shape, row.requests_per_s / routed[row.demand])
+                for row in rows
+            )
+        ),
+        cost_per_hour=float(plan.cost_per_hour or 0.0),
+        exact=True,
+    )
+
+
+def _past(deadline: float) -> Callable[[], bool]:
+    """Whether the monotonic clock has passed ``deadline``."""
+    return lambda: time.monotonic() > deadline
+
+
 def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnapshot:
     """The stored snapshot of ``plan`` over ``hours`` from ``start``, computed and stored if
     it is not there yet (see the module docstring). ``start`` is a UTC day start."""
@@ -209,116 +279,144 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
     problem = parse_problem(plan.problem)
     demands = {d.id: d for d in problem.demands}
     raw = {d["id"]: d for d in plan.problem.get("demands", [])}
+    demand_ids = [d.id for d in problem.demands]
+    days = hours // 24
     series = _demand_series(plan, start=start, hours=hours + window, history=history, notes=notes)
 
-    peaks: dict[int, FloatArray] = {}
+    def daily_peak(values: FloatArray) -> FloatArray:
+        # Each day is sized for the peak of the re-plan window starting that day.
+        if values.size and np.all(values == values[0]):
+            return np.full(days, float(values[0]))
+        return rolling_peak(values, hours=hours, window=window, step=24)[::24]
 
-    def peak(values: FloatArray) -> FloatArray:
-        # A demand routed to several shapes, or flat (one array for every edge), is sized once.
-        found = peaks.get(id(values))
-        if found is None:
-            if values.size and np.all(values == values[0]):
-                found = np.full(hours, float(values[0]))
-            else:
-                found = rolling_peak(values, hours=hours, window=window, step=24)
-            peaks[id(values)] = found
-        return found
-
-    # Loads: one per routing row (demand × region × shape).
-    loads: list[dict[str, Any]] = []
-    load_q: list[FloatArray] = []
-    load_low: list[FloatArray] = []
-    load_high: list[FloatArray] = []
-    used: list[FloatArray] = []
-    requests: list[FloatArray] = []
-    tokens: list[FloatArray] = []
-    promise_of: dict[tuple[str, str], int] = defaultdict(int)
-    for row in plan.routing.all():
-        demand = demands.get(row.demand)
-        if demand is None or row.requests_per_s <= 0:
-            continue
-        shape = problem.shape(row.shape)
-        cost_s = problem.request_cost_s(demand, shape)
-        planned = demand.requests_per_s
-        s = series[demand.id]
-        ratio_q = peak(s.q) / planned if planned > 0 else np.zeros(hours)
-        ratio_low = peak(s.low) / planned if planned > 0 else np.zeros(hours)
-        ratio_high = peak(s.high) / planned if planned > 0 else np.zeros(hours)
-        weight = row.requests_per_s * cost_s
-        load_q.append(weight * ratio_q)
-        load_low.append(weight * ratio_low)
-        load_high.append(weight * ratio_high)
-        # Requests/s of this demand actually sent here: the routed share of its expected rate.
-        actual = (row.requests_per_s / demand.burst) * (
-            s.mean[:hours] / planned if planned > 0 else np.zeros(hours)
+    # Days × demands: the rate each day is sized for, at the sizing quantile and the edges.
+    rates = {
+        edge: np.array(
+            [daily_peak(getattr(series[d], edge)) for d in demand_ids], dtype=np.float64
+        ).T.reshape(days, len(demand_ids))
+        for edge in EDGES
+    }
+    settings = finance_settings()
+    solve = _solver(plan, demand_ids)
+    in_force = _plan_sizing(plan)
+    # The edges share solves: a vector sized once is not solved again. A day at the plan's own
+    # rates is the plan (what the re-plan solved, within its longer time limit).
+    plan_rates = np.array([demands[d].requests_per_s for d in demand_ids], dtype=np.float64)
+    solved: SolveCache = {plan_rates.tobytes(): (plan_rates, in_force)}
+    by_edge: dict[str, list[Sizing]] = {}
+    left = settings.max_solves
+    ends = time.monotonic() + settings.solve_budget_s
+    exact = True
+    for n, edge in enumerate(EDGES):
+        # The sizing quantile gets half the budget (solves and seconds), the low edge half of
+        # the rest, the high edge what is left (what one leaves unused passes on).
+        last = n == len(EDGES) - 1
+        share = left if last else max(left // 2, 1)
+        remaining = max(ends - time.monotonic(), 0.0)
+        deadline = time.monotonic() + (remaining if last else remaining / 2)
+        sized = size_days_by_solve(
+            rates[edge], solve, max_solves=share, cache=solved, stop=_past(deadline)
         )
-        requests.append(_daily(actual * 3600.0))
-        tokens.append(_daily(actual * 3600.0 * (demand.prompt_tokens + demand.output_tokens)))
-        used.append(_daily(actual * cost_s / shape.target_utilization))
-        region_shape = (row.region, row.shape)
-        promise_of[region_shape] = max(promise_of[region_shape], PROMISE_LEVEL[demand.promise])
-        loads.append(
+        left = max(left - sized.solves, 1)
+        exact = exact and sized.exact
+        by_edge[edge] = [sized.sizings[i] for i in sized.day]
+    if not exact:
+        notes.append(
+            "some days' fleets are not proven least-cost: a solve stopped at its time limit "
+            "(HEADROOM_FINANCE_SOLVE_TIME_LIMIT_S), or the solve budget "
+            f"(HEADROOM_FINANCE_MAX_SOLVES, {settings.max_solves}, or "
+            f"HEADROOM_FINANCE_SOLVE_BUDGET_S, {settings.solve_budget_s:g} s) ran out and a "
+            "busier day's fleet serves them (an upper bound)"
+        )
+
+    # Pools: every zone × shape the plan or a day's fleet uses.
+    zone_region = {zone: r.name for r in problem.regions for zone in r.zones}
+    multiplier = {r.name: r.price_multiplier for r in problem.regions}
+    on_demand = {a.name: a.price_per_gpu_hour for a in problem.accelerators}
+    pool_keys = sorted(
+        {(zone, shape) for zone, shape, _n in in_force.replicas}
+        | {
+            (z, s)
+            for sizings in by_edge.values()
+            for sz in set(sizings)
+            for z, s, _n in sz.replicas
+        }
+    )
+    pool_index = {k: i for i, k in enumerate(pool_keys)}
+    planned = {(zone, shape): n for zone, shape, n in in_force.replicas}
+    pools: list[dict[str, Any]] = []
+    for zone, shape_name in pool_keys:
+        shape = problem.shape(shape_name)
+        region = zone_region[zone]
+        pools.append(
             {
-                "demand": demand.id,
-                "tenant": demand.tenant,
-                "tier": str(raw.get(demand.id, {}).get("tier", "")),
-                "region": row.region,
-                "shape": row.shape,
-                "quantile": s.quantile,
-                "weight": weight,
+                "zone": zone,
+                "region": region,
+                "shape": shape_name,
+                "accelerator": shape.accelerator,
+                "model": shape.model,
+                "gpus_per_replica": shape.gpus,
+                "replicas": planned.get((zone, shape_name), 0),
+                "price_per_replica_hour": shape.gpus
+                * on_demand[shape.accelerator]
+                * multiplier.get(region, 1.0),
             }
         )
 
-    # Pools: the plan's zone × shape rows, each scaled by its region's shape ratio.
-    allocations = list(plan.allocations.all())
-    by_region_shape: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for i, allocation in enumerate(allocations):
-        by_region_shape[(allocation.region, allocation.shape)].append(i)
-    ratio_by_key: dict[tuple[str, str], tuple[FloatArray, FloatArray, FloatArray]] = {}
-    for region_shape in by_region_shape:
-        members = [
-            i for i, load in enumerate(loads) if (load["region"], load["shape"]) == region_shape
-        ]
-        total = sum(loads[i]["weight"] for i in members)
-        if total <= 0:
-            ones = np.ones(hours)
-            ratio_by_key[region_shape] = (ones, ones, ones)
-            continue
-        ratio_by_key[region_shape] = (
-            sum((load_q[i] for i in members), np.zeros(hours)) / total,
-            sum((load_low[i] for i in members), np.zeros(hours)) / total,
-            sum((load_high[i] for i in members), np.zeros(hours)) / total,
-        )
-    n = len(allocations)
-    replicas = {edge: np.zeros((n, hours), dtype=np.int64) for edge in ("q", "low", "high")}
-    for region_shape, members in by_region_shape.items():
-        zone_replicas = {allocations[i].zone: allocations[i].replicas for i in members}
-        ratios = ratio_by_key[region_shape]
-        for edge, ratio in zip(("q", "low", "high"), ratios, strict=True):
-            scaled = scale_replicas(zone_replicas, ratio, promise_level=promise_of[region_shape])
-            for i in members:
-                replicas[edge][i] = scaled[allocations[i].zone]
-    multiplier = {r.name: r.price_multiplier for r in problem.regions}
-    on_demand = {a.name: a.price_per_gpu_hour for a in problem.accelerators}
-    pools: list[dict[str, Any]] = [
+    def replica_days(sizings: list[Sizing]) -> npt.NDArray[np.int64]:
+        out = np.zeros((len(pools), days), dtype=np.int64)
+        for d, sz in enumerate(sizings):
+            for zone, shape_name, n in sz.replicas:
+                out[pool_index[(zone, shape_name)], d] = n
+        return out
+
+    replicas = {edge: replica_days(by_edge[edge]) for edge in EDGES}
+
+    # Loads: every demand × region × shape the plan or a day's fleet routes to.
+    load_keys = sorted(
+        {(dm, rg, sh) for dm, rg, sh, _s in in_force.routing}
+        | {(dm, rg, sh) for sz in set(by_edge["q"]) for dm, rg, sh, _s in sz.routing}
+    )
+    load_index = {k: i for i, k in enumerate(load_keys)}
+    mean_daily = {d: _daily(series[d].mean[:hours]) * 3600.0 for d in demand_ids}
+
+    def use(sizings: list[Sizing]) -> dict[str, FloatArray]:
+        """Per load and day: requests, tokens and replica-hours used at target utilisation."""
+        share = np.zeros((len(load_keys), days))
+        for d, sz in enumerate(sizings):
+            for dm, rg, sh, part in sz.routing:
+                share[load_index[(dm, rg, sh)], d] = part
+        out = {n: np.zeros((len(load_keys), days)) for n in ("requests", "tokens", "used")}
+        for i, (dm, _rg, sh) in enumerate(load_keys):
+            demand = demands[dm]
+            shape = problem.shape(sh)
+            count = share[i] * mean_daily[dm]
+            out["requests"][i] = count
+            out["tokens"][i] = count * (demand.prompt_tokens + demand.output_tokens)
+            out["used"][i] = (
+                count * problem.request_cost_s(demand, shape) / shape.target_utilization / 3600.0
+            )
+        return out
+
+    forecast_use = use(by_edge["q"])
+    plan_use = use([in_force] * days)
+    loads: list[dict[str, Any]] = [
         {
-            "zone": row.zone,
-            "region": row.region,
-            "shape": row.shape,
-            "accelerator": row.accelerator,
-            "model": problem.shape(row.shape).model,
-            "gpus_per_replica": row.gpus_per_replica,
-            "replicas": row.replicas,
-            "price_per_replica_hour": row.cost_per_hour / row.replicas if row.replicas else 0.0,
+            "demand": dm,
+            "tenant": demands[dm].tenant,
+            "tier": str(raw.get(dm, {}).get("tier", "")),
+            "region": rg,
+            "shape": sh,
+            "quantile": series[dm].quantile,
         }
-        for row in allocations
+        for dm, rg, sh in load_keys
     ]
 
     # Region × GPU type: hourly GPUs at the planned quantile and the low edge, for commitments.
     reserved = selectors.reserved_prices()
     gpu_keys = sorted({(p["region"], p["accelerator"]) for p in pools})
-    gpu_q = np.zeros((len(gpu_keys), hours), dtype=np.int64)
-    gpu_low = np.zeros((len(gpu_keys), hours), dtype=np.int64)
+    gpu_q = np.zeros((len(gpu_keys), days), dtype=np.int64)
+    gpu_low = np.zeros((len(gpu_keys), days), dtype=np.int64)
     gpu_pools = []
     for g, (region, accelerator) in enumerate(gpu_keys):
         members = [
@@ -347,14 +445,17 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
     buffer = io.BytesIO()
     np.savez_compressed(
         buffer,
-        rep_q=_daily(replicas["q"]),
-        rep_low=_daily(replicas["low"]),
-        rep_high=_daily(replicas["high"]),
-        used=np.array(used).reshape(len(loads), hours // 24),
-        requests=np.array(requests).reshape(len(loads), hours // 24),
-        tokens=np.array(tokens).reshape(len(loads), hours // 24),
-        gpu_q=gpu_q.astype(np.int32),
-        gpu_low=gpu_low.astype(np.int32),
+        rep_q=replicas["q"] * 24.0,
+        rep_low=replicas["low"] * 24.0,
+        rep_high=replicas["high"] * 24.0,
+        used=forecast_use["used"],
+        requests=forecast_use["requests"],
+        tokens=forecast_use["tokens"],
+        used_plan=plan_use["used"],
+        requests_plan=plan_use["requests"],
+        tokens_plan=plan_use["tokens"],
+        gpu_q=np.repeat(gpu_q, 24, axis=1).astype(np.int32),
+        gpu_low=np.repeat(gpu_low, 24, axis=1).astype(np.int32),
     )
     snapshot = FinanceSnapshot(
         plan=plan,
@@ -362,7 +463,7 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
         hours=hours,
         forecast_key=key,
         pools=pools,
-        loads=[{k: v for k, v in load.items() if k != "weight"} for load in loads],
+        loads=loads,
         gpu_pools=gpu_pools,
         arrays=buffer.getvalue(),
         quantiles={
@@ -370,6 +471,7 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
             "low": float((band.get("low") or {}).get("quantile", replan_settings().band_low)),
             "high": float((band.get("high") or {}).get("quantile", replan_settings().band_high)),
             "window_hours": window,
+            "solves": len(solved),
         },
         notes=notes,
         compute_seconds=time.perf_counter() - began,

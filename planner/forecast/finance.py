@@ -24,11 +24,11 @@ k with N(k)/T > r/o (zero if there is none); ties, N(k)/T = r/o, cost the same e
 left on demand. Equivalently K* is the m-th largest G_t, m = ⌊T·r/o⌋ + 1 (zero when m > T): a
 GPU needed at least m hours is worth reserving. With r ≥ o nothing is worth reserving.
 
-Months ahead (``rolling_peak``, ``scale_replicas``): a plan is sized for the peak of its
+Months ahead (``rolling_peak``, ``size_days_by_solve``): a plan is sized for the peak of its
 re-plan horizon (``Forecast.peak``: the p99 hour of the week ahead), and the fleet re-plans
-every day, so the replicas running on day D are the plan's, scaled by the ratio of the peak of
-the week starting on D to the peak the plan was sized for, rounded up zone by zone and never
-below the floors its promises need (``promise_floor``).
+every day, so the replicas running on day D are the placement re-solved at the peak of the week
+starting on D, warm-started from the plan in force; consecutive days whose least and greatest
+demand solve to the same fleet share it (proof at ``size_days_by_solve``).
 
 Showback (``showback_split``): a pool's cost splits into the share each tenant's load uses (its
 replica-hours at the target utilisation) and the idle headroom left over (floors, burst,
@@ -49,7 +49,9 @@ month (``tokens_per_minute_by_month``) use the seeds' chain through
 from __future__ import annotations
 
 import copy
+import heapq
 import math
+from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -521,49 +523,176 @@ def rolling_peak(
     return np.repeat(peaks, every)[:count].astype(np.float64)
 
 
-def promise_floor(replicas: int, promise_level: int) -> int:
-    """Fewest replicas a region's shape keeps however low its load: one to serve at all, two
-    for N+1 or zone survival (one may fail); never more than the plan holds. ``promise_level``
-    0 none, 1 N+1, 2 zone (``planner.placement.problem.PROMISE_LEVEL``)."""
-    held = _checks.non_negative_int("replicas", replicas)
-    level = _checks.non_negative_int("promise_level", promise_level)
-    return min(held, 1 if level == 0 else 2)
+@dataclass(frozen=True)
+class Sizing:
+    """The fleet one solve sizes for one demand vector.
 
-
-def scale_replicas(
-    zone_replicas: Mapping[str, int], ratio: npt.ArrayLike, *, promise_level: int
-) -> dict[str, IntArray]:
-    """Hourly replicas of one region's shape: the plan's zone counts × the hourly load ratio.
-
-    ``zone_replicas`` are the plan's replicas of the shape in each zone of the region;
-    ``ratio[h]`` (≥ 0) the load in hour h over the load the plan was sized for. Each zone is
-    rounded up on its own (the plan's spread over zones stays, so does zone survival), a zone
-    promise keeps one replica in every zone the plan uses, and the region never drops below
-    ``promise_floor`` (missing replicas go to the zones the plan fills most, up to the plan's
-    count). A ratio of exactly 1 gives the plan back.
+    ``replicas``: (zone, shape, replicas) with replicas > 0, sorted; ``routing``: (demand,
+    region, shape, share), the share of the demand's rate sent to that region's shape;
+    ``cost_per_hour`` in currency. ``exact`` is true when the solve proved its plan optimal and
+    left nothing unserved: only then does the bracketing rule below hold.
     """
-    ratios = np.asarray(ratio, dtype=np.float64)
-    if ratios.ndim != 1 or not np.all(np.isfinite(ratios)) or np.any(ratios < 0):
-        raise PlannerInputError("ratio", "must be a one-dimensional array of finite values ≥ 0")
-    level = _checks.non_negative_int("promise_level", promise_level)
-    zones = sorted(zone_replicas, key=lambda z: (-int(zone_replicas[z]), z))
-    planned = {z: _checks.non_negative_int(f"zone_replicas[{z}]", zone_replicas[z]) for z in zones}
-    out: dict[str, IntArray] = {}
-    for zone in zones:
-        # A hair below a whole number is that number: 1.0000000001 × 9 replicas is 9, not 10.
-        scaled = np.ceil(planned[zone] * ratios - 1e-9).astype(np.int64)
-        if level >= 2 and planned[zone] > 0:
-            scaled = np.maximum(scaled, 1)
-        out[zone] = np.maximum(scaled, 0)
-    floor = promise_floor(sum(planned.values()), level)
-    total = sum(out.values(), np.zeros(ratios.size, dtype=np.int64))
-    short = np.maximum(floor - total, 0)
-    for zone in zones:
-        room = np.maximum(planned[zone] - out[zone], 0)
-        add = np.minimum(short, room)
-        out[zone] = out[zone] + add
-        short = short - add
-    return out
+
+    replicas: tuple[tuple[str, str, int], ...]
+    routing: tuple[tuple[str, str, str, float], ...]
+    cost_per_hour: float
+    exact: bool
+
+
+@dataclass(frozen=True)
+class DaySizing:
+    """Which ``Sizing`` each day is given (``day[i]`` indexes ``sizings``), the solves it took,
+    and whether every day's fleet is the one its own solve gives (``exact``; false when the
+    solve budget ran out or a solve stopped short of optimal: then a day may carry the fleet of
+    a day with more demand, an upper bound)."""
+
+    day: tuple[int, ...]
+    sizings: tuple[Sizing, ...]
+    solves: int
+    exact: bool
+
+
+def sizing_from_solution(solution: Mapping[str, Any]) -> Sizing:
+    """A ``placement-solution/v1``'s fleet as a ``Sizing``: its replicas, each demand's routed
+    shares, its cost; exact when the solve proved it optimal with nothing unserved."""
+    routed: dict[str, float] = defaultdict(float)
+    for row in solution.get("routing", []):
+        routed[row["demand"]] += float(row["requests_per_s"])
+    routing = tuple(
+        sorted(
+            (
+                str(row["demand"]),
+                str(row["region"]),
+                str(row["shape"]),
+                float(row["requests_per_s"]) / routed[row["demand"]],
+            )
+            for row in solution.get("routing", [])
+            if routed[row["demand"]] > 0 and float(row["requests_per_s"]) > 0
+        )
+    )
+    replicas = tuple(
+        sorted(
+            (str(r["zone"]), str(r["shape"]), int(r["replicas"]))
+            for r in solution.get("replicas", [])
+            if int(r["replicas"]) > 0
+        )
+    )
+    return Sizing(
+        replicas=replicas,
+        routing=routing,
+        cost_per_hour=float(solution.get("cost_per_hour") or 0.0),
+        exact=solution.get("status") == "optimal"
+        and float(solution.get("unserved_requests_per_s") or 0.0) <= 1e-9,
+    )
+
+
+SolveCache = dict[bytes, tuple[FloatArray, Sizing]]
+"""Solves by demand vector (its bytes): the vector and its ``Sizing``; shared between calls."""
+
+
+def size_days_by_solve(
+    rates: npt.ArrayLike,
+    solve: Callable[[FloatArray], Sizing],
+    *,
+    max_solves: int,
+    cache: SolveCache | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> DaySizing:
+    """The fleet for each day: the placement re-solved at that day's demand, with fewer solves.
+
+    ``rates[d, j]`` is demand j's rate (requests/s, ≥ 0) day d is sized for (the rolling peak
+    of its band at the sizing quantile); ``solve(vector)`` re-solves the placement with the
+    demands at ``vector`` (warm-started from the plan in force: its replicas as ``previous``).
+
+    The rule that saves solves, for a run of consecutive days with componentwise least demand
+    L and greatest U: if the solves at L and U give the same replicas, every day of the run
+    gets them. Proof, for a day d with L ≤ d ≤ U and both solves exact: a plan that serves d
+    serves L (less load, the same promises), so opt(d) ≥ opt(L) = c; the replicas solved for U
+    serve d (its routes scaled down), so opt(d) ≤ c. They are therefore cost-optimal at d, and
+    among the cost-optimal plans at d (a subset of those at L, which contains them) they are
+    the closest to ``previous``, since they are at L: exactly what the solve at d returns, up
+    to the solver's ties. Otherwise the run is halved, down to single days. Identical days are
+    solved once (``cache``, which may hold solves of earlier calls).
+
+    After ``max_solves`` new solves (or once ``stop()`` is true, a time budget say), each day
+    of a run still unproven takes the cheapest
+    fleet solved for a demand at least its own in every component (U's at worst): it serves
+    the day, so it is an upper bound, and the result is not ``exact``.
+    """
+    matrix = np.asarray(rates, dtype=np.float64)
+    if matrix.ndim != 2 or not np.all(np.isfinite(matrix)) or np.any(matrix < 0):
+        raise PlannerInputError("rates", "must be a days × demands array of finite rates ≥ 0")
+    budget = _checks.positive_int("max_solves", max_solves)
+    known: SolveCache = {} if cache is None else cache
+    days = matrix.shape[0]
+    index: dict[int, int] = {}  # id of a Sizing → its place in ``sizings``
+    sizings: list[Sizing] = []
+    new = 0
+    exact = True
+
+    def place(sizing: Sizing) -> int:
+        found = index.get(id(sizing))
+        if found is None:
+            found = index[id(sizing)] = len(sizings)
+            sizings.append(sizing)
+        return found
+
+    def solved(vector: FloatArray) -> Sizing:
+        nonlocal new
+        key = vector.tobytes()
+        found = known.get(key)
+        if found is None:
+            sizing = solve(vector.copy())
+            if not isinstance(sizing, Sizing):
+                raise PlannerInputError("solve", f"must return a Sizing, got {sizing!r}")
+            new += 1
+            found = known[key] = (vector.copy(), sizing)
+        return found[1]
+
+    def bounded(day: FloatArray, upper: Sizing) -> Sizing:
+        best = upper
+        for vector, sizing in known.values():
+            if sizing.cost_per_hour < best.cost_per_hour and np.all(vector >= day):
+                best = sizing
+        return best
+
+    out = [-1] * days
+    # Runs to settle, (−length, start, stop) of consecutive days: the longest first, so that a
+    # budget running out leaves runs of even length over the horizon.
+    todo = [(-days, 0, days)] if days else []
+    while todo:
+        _, lo, hi = heapq.heappop(todo)
+        run = matrix[lo:hi]
+        top, bottom = run.max(axis=0), run.min(axis=0)
+        spent = new >= budget or (stop is not None and stop())
+        if spent and top.tobytes() not in known:
+            # Out of solves: the cheapest known fleet that serves each day.
+            exact = False
+            fallback = min(
+                (s for v, s in known.values() if np.all(v >= top)),
+                key=lambda s: s.cost_per_hour,
+                default=None,
+            )
+            if fallback is None:
+                fallback = solved(top)
+            for d in range(lo, hi):
+                out[d] = place(bounded(matrix[d], fallback))
+            continue
+        upper = solved(top)
+        if hi - lo == 1:
+            out[lo] = place(upper)
+            exact = exact and upper.exact
+            continue
+        lower = upper if top.tobytes() == bottom.tobytes() else solved(bottom)
+        same = lower.replicas == upper.replicas
+        if lower is upper or (same and lower.exact and upper.exact):
+            out[lo:hi] = [place(upper)] * (hi - lo)
+            exact = exact and upper.exact
+            continue
+        mid = (lo + hi) // 2
+        heapq.heappush(todo, (lo - mid, lo, mid))
+        heapq.heappush(todo, (mid - hi, mid, hi))
+    return DaySizing(day=tuple(out), sizings=tuple(sizings), solves=new, exact=exact)
 
 
 # -- showback: cost per tenant, idle headroom shared by load ------------------------------------

@@ -133,7 +133,8 @@ class TestCsvAndJson(FinanceTest):
     def test_opencost_shape(self, api_client_for: Any) -> None:
         client = api_client_for(FINANCE)
         body = client.get(
-            "/api/finance/forecast/opencost/", {"aggregate": "tenant", "horizon": 2}
+            "/api/finance/forecast/opencost/",
+            {"aggregate": "tenant", "horizon": 2, "shareIdle": "true"},
         ).json()
         forecast = client.get("/api/finance/forecast/", {"group_by": "tenant", "horizon": 2})
         rows = forecast.json()["rows"]
@@ -147,8 +148,9 @@ class TestCsvAndJson(FinanceTest):
         assert allocation["name"] == "assistant"
         assert set(allocation["window"]) == {"start", "end"}
         row = next(r for r in rows if r["tenant"] == "assistant")
-        assert allocation["gpuHours"] == row["gpu_hours"]
-        assert allocation["gpuCost"] == allocation["totalCost"] == row["cost"]
+        assert allocation["gpuHours"] == pytest.approx(row["gpu_hours"], abs=0.01)
+        assert allocation["gpuCost"] == allocation["totalCost"]
+        assert allocation["totalCost"] == pytest.approx(row["cost"], abs=0.01)
         assert allocation["minutes"] == month_hours(timezone.now()) * 60
 
 
@@ -158,7 +160,9 @@ class TestSums(FinanceTest):
         hours = month_hours(timezone.now())
         assert self.plan.cost_per_hour == pytest.approx(54.0)
         total = client.get("/api/finance/forecast/", {"horizon": 3}).json()["rows"]
-        assert total[0]["sized_by"] == "plan"
+        # The plan runs up to the end of today, the forecast after it; declared demand is
+        # flat, and re-solving the plan's problem at its own rates gives the plan back.
+        assert total[0]["sized_by"] in ("plan", "plan+forecast")
         assert total[0]["cost"] == pytest.approx(self.plan.cost_per_hour * hours, abs=0.01)
         assert total[0]["replica_hours"] == 27 * hours
         assert [r["sized_by"] for r in total[1:]] == ["forecast", "forecast"]
@@ -166,11 +170,12 @@ class TestSums(FinanceTest):
             rows = client.get("/api/finance/forecast/", {"group_by": group_by}).json()["rows"]
             current = [r for r in rows if r["period"] == total[0]["period"]]
             assert sum(r["cost"] for r in current) == pytest.approx(total[0]["cost"], abs=0.05)
-        # The current week and day are the plan too, hour for hour.
+        # The current week and day cost the plan too, hour for hour.
         for period, span_hours in (("week", 168), ("day", 24)):
             rows = client.get("/api/finance/forecast/", {"period": period, "horizon": 2})
             current = rows.json()["rows"][0]
-            assert current["sized_by"] == "plan"
+            expected = ("plan",) if period == "day" else ("plan", "plan+forecast")
+            assert current["sized_by"] in expected
             assert current["cost"] == pytest.approx(54.0 * span_hours, abs=0.01)
         # Declared demand is flat: later months are the plan at their own hours.
         for row in total[1:]:

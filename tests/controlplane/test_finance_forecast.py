@@ -37,9 +37,12 @@ def growing_history(*, start: datetime, end: datetime) -> dict[Any, Any]:
 
 
 class TestForecastFromTelemetry(APITest):
-    def test_growth_raises_later_months_and_the_current_one_is_the_plan(
-        self, api_client_for: Any, monkeypatch: pytest.MonkeyPatch
+    def test_growth_raises_later_months_and_today_is_the_plan(
+        self, api_client_for: Any, monkeypatch: pytest.MonkeyPatch, settings: Any
     ) -> None:
+        # A year of 5% a week makes a new fleet almost every day: a small solve budget keeps
+        # the test short, and the days it leaves unproven take a busier day's fleet.
+        settings.HEADROOM_FINANCE_MAX_SOLVES = 60
         monkeypatch.setattr(plan_services, "rate_history", growing_history)
         monkeypatch.setattr(snapshot_module, "rate_history", growing_history)
         seeds_fleet(self.records)
@@ -56,7 +59,12 @@ class TestForecastFromTelemetry(APITest):
             for r in rows
         ]
         per_hour = [r["cost"] / h for r, h in zip(rows, span, strict=True)]
-        assert rows[0]["cost"] == pytest.approx(plan.cost_per_hour * span[0], abs=0.01)
+        today = services.finance_forecast(period="day", horizon=1).rows[0]
+        assert today["sized_by"] == "plan"
+        assert today["cost"] == pytest.approx(plan.cost_per_hour * 24, abs=0.01)
+        assert rows[0]["sized_by"] in ("plan", "plan+forecast")
+        assert rows[0]["cost"] >= plan.cost_per_hour * span[0] - 0.01
+        assert any("upper bound" in note for note in services.finance_snapshot().notes)
         # 5% a week compounds to about 1.23 a month: each later month needs more per hour.
         assert all(b > a for a, b in itertools.pairwise(per_hour[1:])), per_hour
         assert per_hour[-1] > 1.5 * per_hour[1]

@@ -1,4 +1,4 @@
-"""Months ahead: periods, the rolling peak, scaling a plan within its floors, the showback split
+"""Months ahead: periods, the rolling peak, days sized by re-solving the placement, the showback split
 and the promise ladder (the seeds' 12 / 18 / 27)."""
 
 from __future__ import annotations
@@ -19,19 +19,20 @@ from planner.errors import PlannerInputError
 from planner.forecast.finance import (
     GpuPrice,
     PoolDemand,
+    Sizing,
     optimal_commitment,
     period_end,
     period_label,
     period_labels,
     period_starts,
     project_costs,
-    promise_floor,
     promise_ladder,
     promise_weights,
     reservation_cost,
     rolling_peak,
-    scale_replicas,
     showback_split,
+    size_days_by_solve,
+    sizing_from_solution,
 )
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "placement"
@@ -95,20 +96,60 @@ def test_rolling_peak_by_hand() -> None:
         rolling_peak(np.arange(20.0), hours=30, window=10)
 
 
-def test_scale_replicas_keeps_the_plan_spread_and_floors() -> None:
-    plan = {"a": 9, "b": 9, "c": 9}
-    ratio = np.array([1.0, 0.5, 0.01, 0.0, 1.2])
-    scaled = scale_replicas(plan, ratio, promise_level=2)
-    # Ratio 1 is the plan; 0.5 rounds up per zone; a zone promise keeps one per zone.
-    assert [int(scaled[z][0]) for z in "abc"] == [9, 9, 9]
-    assert [int(scaled[z][1]) for z in "abc"] == [5, 5, 5]
-    assert [int(scaled[z][3]) for z in "abc"] == [1, 1, 1]
-    assert [int(scaled[z][4]) for z in "abc"] == [11, 11, 11]
-    # N+1 in one zone: never below two replicas, however low the load.
-    single = scale_replicas({"a": 4}, np.array([0.0, 0.1]), promise_level=1)
-    assert list(single["a"]) == [2, 2]
-    assert scale_replicas({"a": 4}, np.array([0.0]), promise_level=0)["a"][0] == 1
-    assert promise_floor(1, 2) == 1 and promise_floor(0, 0) == 0
+def _solver(problem: dict[str, Any], calls: list[float]) -> Any:
+    """``solve(rates)`` for the one-demand seeds example, warm-started from its plan."""
+    planned = placement.solve(problem, time_limit_s=30, workers=1)
+    previous = [{k: r[k] for k in ("zone", "shape", "replicas")} for r in planned["replicas"]]
+
+    def solve(rates: np.ndarray) -> Sizing:
+        calls.append(float(rates[0]))
+        at_rates = {**problem, "previous": previous}
+        at_rates["demands"] = [{**problem["demands"][0], "requests_per_s": float(rates[0])}]
+        return sizing_from_solution(placement.solve(at_rates, time_limit_s=30, workers=1))
+
+    return solve
+
+
+def test_days_sized_by_solve_equal_a_solve_per_day() -> None:
+    # The zonal seeds example (8 requests/s, 9 replicas per zone), over a fortnight of days
+    # with a flat week, a step, a slow climb and a drop back.
+    problem = example("sizing-zonal")
+    rates = np.array([8.0] * 7 + [8.01, 8.02, 9.0, 9.5, 10.0, 12.0, 8.0], dtype=np.float64).reshape(
+        -1, 1
+    )
+    calls: list[float] = []
+    sized = size_days_by_solve(rates, _solver(problem, calls), max_solves=100)
+    direct: list[float] = []
+    solve_one = _solver(problem, direct)
+    for d, rate in enumerate(rates[:, 0]):
+        alone = solve_one(np.array([rate]))
+        assert sized.sizings[sized.day[d]].replicas == alone.replicas, d
+        assert sized.sizings[sized.day[d]].cost_per_hour == alone.cost_per_hour
+    assert sized.exact
+    # Identical days solve once and runs proven equal are not solved day by day.
+    assert sized.solves == len(set(calls)) < len(rates)
+    assert sized.sizings[sized.day[0]].cost_per_hour == 54.0  # the plan: 27 GPUs at 2.00
+
+
+def test_out_of_solves_a_run_takes_its_busiest_day() -> None:
+    # A fake solver: one replica per request/s, rounded up; exact.
+    def solve(rates: np.ndarray) -> Sizing:
+        n = int(np.ceil(rates.sum()))
+        return Sizing(replicas=(("z", "s", n),), routing=(), cost_per_hour=float(n), exact=True)
+
+    rates = np.arange(1.0, 9.0).reshape(-1, 1)  # 1 … 8: every day its own fleet
+    full = size_days_by_solve(rates, solve, max_solves=100)
+    assert [full.sizings[i].cost_per_hour for i in full.day] == list(range(1, 9))
+    assert full.exact
+    short = size_days_by_solve(rates, solve, max_solves=2)
+    costs = [short.sizings[i].cost_per_hour for i in short.day]
+    assert not short.exact
+    # Never below the day's own fleet: an upper bound.
+    assert all(c >= d for c, d in zip(costs, range(1, 9), strict=True))
+    with pytest.raises(PlannerInputError, match="rates"):
+        size_days_by_solve(np.array([1.0, -1.0]), solve, max_solves=5)
+    with pytest.raises(PlannerInputError, match="max_solves"):
+        size_days_by_solve(rates, solve, max_solves=0)
 
 
 # -- showback ------------------------------------------------------------------------------------
