@@ -58,27 +58,29 @@ def verification_sentences(verification: Mapping[str, Any]) -> list[str]:
             return ["Not replayed: replay verification is off (HEADROOM_REPLAY_VERIFY)."]
         return ["Not replayed: no demand has a TTFT objective."]
     demands = verification.get("demands", [])
-    judged = [v for v in demands if v.get("holds") is not None]
+    tenants = verification.get("tenants", [])
+    judged = [v for v in tenants if v.get("holds") is not None]
     logs = sum(1 for v in demands if v.get("source") == "request log")
     rounds = verification.get("rounds", [])
     if verification.get("holds"):
         head = (
-            f"Replay holds: all {len(judged)} demands with an objective keep their p95 TTFT "
+            f"Replay holds: all {len(judged)} tenants with an objective keep their p95 TTFT "
             "in every failure their promise covers"
         )
     else:
         missing = [v for v in judged if v.get("holds") is False]
-        head = f"Replay misses: {len(missing)} of {len(judged)} demands miss their p95 TTFT"
+        head = f"Replay misses: {len(missing)} of {len(judged)} tenants miss their p95 TTFT"
     lines = [
-        f"{head} ({logs} replayed from request logs, {len(demands) - logs} from synthesised "
-        f"arrivals; {len(rounds)} solve{'s' if len(rounds) != 1 else ''})."
+        f"{head} ({len(demands)} demands: {logs} replayed from request logs, "
+        f"{len(demands) - logs} from synthesised arrivals; {len(rounds)} "
+        f"solve{'s' if len(rounds) != 1 else ''})."
     ]
-    for v in demands:
+    for v in tenants:
         if v.get("holds") is False:
             worst = v.get("worst_p95_ttft_s")
             shown = f"{worst:.2f} s" if isinstance(worst, int | float) else "unbounded"
             lines.append(
-                f"{v['demand']}: p95 TTFT {shown} with {v['worst_scenario']}, objective "
+                f"{v['tenant']}: p95 TTFT {shown} with {v['worst_scenario']}, objective "
                 f"{v['ttft_slo_s']:g} s."
             )
     for demand, raised in sorted(verification.get("raised", {}).items()):

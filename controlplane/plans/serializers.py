@@ -53,6 +53,24 @@ class ReplayVerdictSerializer(serializers.Serializer[dict[str, Any]]):
     holds = serializers.BooleanField(allow_null=True, help_text="null: no objective.")
 
 
+class TenantVerdictSerializer(serializers.Serializer[dict[str, Any]]):
+    """One tenant's replay: p95 TTFT over all its requests per scenario, against its tier's
+    objective. What the plan holds or misses."""
+
+    tenant = serializers.CharField()
+    demands = serializers.ListField(child=serializers.CharField())
+    requests = serializers.IntegerField(help_text="Requests replayed.")
+    ttft_slo_s = serializers.FloatField(allow_null=True, help_text="The tier's p95 TTFT, s.")
+    p95_ttft_s = serializers.DictField(
+        child=serializers.FloatField(allow_null=True),
+        help_text='p95 TTFT (s) per scenario: "all up", "one replica lost", "zone Z lost"; '
+        "null: requests that no replica serves.",
+    )
+    worst_scenario = serializers.CharField()
+    worst_p95_ttft_s = serializers.FloatField(allow_null=True)
+    holds = serializers.BooleanField(allow_null=True, help_text="null: no objective.")
+
+
 class ExcludedShapeSerializer(serializers.Serializer[dict[str, Any]]):
     demand = serializers.CharField()
     shape = serializers.CharField()
@@ -72,6 +90,7 @@ class VerificationSerializer(serializers.Serializer[dict[str, Any]]):
         allow_null=True, help_text="Every demand with an objective holds it; null: not replayed."
     )
     quantile = serializers.FloatField(required=False)
+    tenants = TenantVerdictSerializer(many=True)
     demands = ReplayVerdictSerializer(many=True)
     excluded_shapes = ExcludedShapeSerializer(many=True)
     raised = serializers.DictField(
@@ -86,6 +105,7 @@ def verification_document(plan: Plan, tenant: str | None = None) -> dict[str, An
     solution = plan.solution or {}
     stored = solution.get("verification") or {}
     demands = list(stored.get("demands", []))
+    tenants = list(stored.get("tenants", []))
     excluded = list(solution.get("excluded_shapes", []))
     raised = dict(stored.get("raised", {}))
     if tenant is not None:
@@ -95,11 +115,13 @@ def verification_document(plan: Plan, tenant: str | None = None) -> dict[str, An
             if d.get("tenant") == tenant
         }
         demands = [v for v in demands if v.get("tenant") == tenant]
+        tenants = [v for v in tenants if v.get("tenant") == tenant]
         excluded = [row for row in excluded if row.get("demand") in mine]
         raised = {k: v for k, v in raised.items() if k in mine}
     out: dict[str, Any] = {
         "replayed": bool(stored.get("replayed")),
         "holds": stored.get("holds") if stored.get("replayed") else None,
+        "tenants": tenants,
         "demands": demands,
         "excluded_shapes": excluded,
         "raised": raised,
@@ -108,7 +130,7 @@ def verification_document(plan: Plan, tenant: str | None = None) -> dict[str, An
     if "quantile" in stored:
         out["quantile"] = stored["quantile"]
     if tenant is not None and stored.get("replayed"):
-        out["holds"] = all(v.get("holds") is not False for v in demands)
+        out["holds"] = all(v.get("holds") is not False for v in tenants)
     return out
 
 

@@ -537,19 +537,19 @@ def plan_store(
 
 
 def replay_misses(solution: Mapping[str, Any]) -> str:
-    """A sentence naming the demands whose replay misses their TTFT objective; empty when
+    """A sentence naming the tenants whose replay misses their TTFT objective; empty when
     the plan was not replayed or holds."""
     verification = solution.get("verification") or {}
     if not verification.get("replayed") or verification.get("holds"):
         return ""
-    missing = [v for v in verification.get("demands", []) if v.get("holds") is False]
+    missing = [v for v in verification.get("tenants", []) if v.get("holds") is False]
     named = ", ".join(
-        f"{v['demand']} (p95 TTFT {_seconds(v.get('worst_p95_ttft_s'))} {v['worst_scenario']}, "
-        f"objective {v['ttft_slo_s']:g} s)"
+        f"{v['tenant']} (p95 TTFT {_seconds(v.get('worst_p95_ttft_s'))} with "
+        f"{v['worst_scenario']}, objective {v['ttft_slo_s']:g} s)"
         for v in missing[:3]
     )
     more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-    return f"replayed arrivals miss the p95 TTFT objective of {len(missing)} demands: {named}{more}"
+    return f"replayed arrivals miss the p95 TTFT objective of {len(missing)} tenants: {named}{more}"
 
 
 def _seconds(value: object) -> str:

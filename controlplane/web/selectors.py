@@ -454,11 +454,11 @@ def _plan_unserved(plan: Plan) -> list[UnservedRow]:
 
 @dataclass(frozen=True)
 class ReplayRow:
-    """One demand's replayed p95 TTFT against its tier's objective (seconds; None: never
-    served)."""
+    """One tenant's replayed p95 TTFT (over all its requests) against its tier's objective
+    (seconds; None: never served), and where its arrivals came from."""
 
-    demand: str
     tenant: str
+    demands: int
     source: str
     requests: int
     objective_s: float | None
@@ -469,13 +469,16 @@ class ReplayRow:
 
 
 def plan_replay(plan: Plan) -> list[ReplayRow]:
-    """The plan's replay verdicts, those that miss first, then by tenant and demand."""
+    """The plan's replay verdicts per tenant, those that miss first, then by name."""
     verification = (plan.solution or {}).get("verification") or {}
+    sources: dict[str, set[str]] = {}
+    for v in verification.get("demands", []):
+        sources.setdefault(str(v["tenant"]), set()).add(str(v.get("source", "")))
     rows = [
         ReplayRow(
-            demand=str(v["demand"]),
             tenant=str(v["tenant"]),
-            source=str(v.get("source", "")),
+            demands=len(v.get("demands", [])),
+            source=", ".join(sorted(sources.get(str(v["tenant"]), set()))),
             requests=int(v.get("requests", 0)),
             objective_s=v.get("ttft_slo_s"),
             all_up_s=(v.get("p95_ttft_s") or {}).get("all up"),
@@ -483,9 +486,9 @@ def plan_replay(plan: Plan) -> list[ReplayRow]:
             worst_scenario=str(v.get("worst_scenario", "")),
             holds=v.get("holds"),
         )
-        for v in verification.get("demands", [])
+        for v in verification.get("tenants", [])
     ]
-    return sorted(rows, key=lambda r: (r.holds is not False, r.tenant, r.demand))
+    return sorted(rows, key=lambda r: (r.holds is not False, r.tenant))
 
 
 def plan_page(plan: Plan) -> PlanPage:

@@ -25,8 +25,10 @@ model of ``docs/capacity-math.md``) against the replicas the plan puts where it 
   fixed routing, so losing one replica everywhere at once gives each pool what losing one of
   its own would.
 
-A demand **holds** when its p95 TTFT (nearest rank, over its replayed requests) is within its
-``ttft_slo_s`` in every scenario its promise covers. For a pool whose demands miss, the
+A **tenant holds** when its p95 TTFT (nearest rank, over all its replayed requests: every
+class and origin, as its tier's objective is stated) is within its ``ttft_slo_s`` in every
+scenario its promise covers; the plan holds when every tenant does. Per-demand figures are
+reported too, to show where a tail comes from. For a pool whose demands miss, the
 replay also finds the fewest live replicas that would hold them (bisection on the same
 requests): ``PoolShortfall.needed_live``, None where no number of replicas would (the prefill
 alone is too slow). ``planner.placement.verified`` re-solves with those figures.
@@ -215,26 +217,56 @@ class PoolShortfall:
 
 
 @dataclass(frozen=True)
+class TenantVerdict:
+    """A tenant's replay: the p95 TTFT over all its replayed requests (every class and
+    origin) per scenario its promise covers, against its tier's objective. This is what a
+    plan holds or misses; the per-demand figures say where the tail comes from."""
+
+    tenant: str
+    demands: tuple[str, ...]
+    requests: int
+    ttft_slo_s: float | None
+    p95_ttft_s: Mapping[str, float]
+    worst_scenario: str
+    worst_p95_ttft_s: float
+    holds: bool | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant,
+            "demands": list(self.demands),
+            "requests": self.requests,
+            "ttft_slo_s": self.ttft_slo_s,
+            "p95_ttft_s": {k: _finite(v) for k, v in self.p95_ttft_s.items()},
+            "worst_scenario": self.worst_scenario,
+            "worst_p95_ttft_s": _finite(self.worst_p95_ttft_s),
+            "holds": self.holds,
+        }
+
+
+@dataclass(frozen=True)
 class ReplayReport:
     demands: tuple[DemandVerdict, ...]
     shortfalls: tuple[PoolShortfall, ...]
     seconds: float
     quantile: float = SLO_QUANTILE
     notes: tuple[str, ...] = field(default=())
+    tenants: tuple[TenantVerdict, ...] = field(default=())
 
     @property
     def holds(self) -> bool:
-        """Every judged demand holds its objective."""
-        return all(v.holds is not False for v in self.demands)
+        """Every tenant with an objective holds it."""
+        return all(v.holds is not False for v in self.tenants)
 
-    def failing(self) -> list[DemandVerdict]:
-        return [v for v in self.demands if v.holds is False]
+    def failing(self) -> list[TenantVerdict]:
+        return [v for v in self.tenants if v.holds is False]
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "quantile": self.quantile,
             "holds": self.holds,
             "seconds": round(self.seconds, 3),
+            "tenants": [v.as_dict() for v in self.tenants],
             "demands": [v.as_dict() for v in self.demands],
             "shortfalls": [s.as_dict() for s in self.shortfalls],
             "notes": list(self.notes),
@@ -262,7 +294,8 @@ class _Merged:
     arrival: FloatArray
     service: FloatArray
     fixed: FloatArray
-    owner: npt.NDArray[np.int64]
+    owner: npt.NDArray[np.int64]  # the request's demand
+    judge: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def _merge(pool: _Pool) -> _Merged:
@@ -299,9 +332,11 @@ def _p95(values: FloatArray, quantile: float) -> float:
 def _pool_holds(
     merged: _Merged, live: int, judged: Mapping[int, float], quantile: float
 ) -> tuple[bool, FloatArray]:
+    """Whether each judged tenant's requests in the pool keep its objective at ``live``
+    replicas (a tenant's p95 over all its requests is within the worst of its pools')."""
     ttft = _ttft(merged, live)
-    for owner, slo in judged.items():
-        mine = ttft[merged.owner == owner]
+    for tenant, slo in judged.items():
+        mine = ttft[merged.judge == tenant]
         if mine.shape[0] and _p95(mine, quantile) > slo:
             return False, ttft
     return True, ttft
@@ -310,7 +345,7 @@ def _pool_holds(
 def _needed_live(
     merged: _Merged, live: int, judged: Mapping[int, float], quantile: float
 ) -> int | None:
-    """The fewest live replicas (above ``live``) whose replay holds every judged demand."""
+    """The fewest live replicas (above ``live``) whose replay holds every judged tenant."""
     high = max(2 * live, live + 1)
     limit = max(SEARCH_LIMIT * max(live, 1), 4)
     while not _pool_holds(merged, high, judged, quantile)[0]:
@@ -403,13 +438,20 @@ def replay(
             pool.fixed.append(prefill + rtt / 1000.0)
             pool.owner.append(np.full(int(np.sum(chosen)), index[did], dtype=np.int64))
 
-    # TTFT of every replayed request: per demand, per pool, per scenario judged there.
+    # TTFT of every replayed request: per demand, per pool, per scenario judged there. The
+    # objective is the tenant's: its p95 over all its requests (of every class and origin).
     by_demand: dict[int, dict[tuple[str, str], dict[str, FloatArray]]] = defaultdict(dict)
     found: list[PoolShortfall] = []
     zones_of = {r.name: r.zones for r in problem.regions}
     dids = {k: did for did, k in index.items()}
+    tenants = sorted({demands[did].tenant for did in index})
+    tindex = {t: i for i, t in enumerate(tenants)}
+    tenant_of = np.array(
+        [tindex[demands[dids[k]].tenant] for k in range(len(dids))], dtype=np.int64
+    )
     for key, pool in sorted(pools.items()):
         merged = _merge(pool)
+        merged.judge = tenant_of[merged.owner]
         owners = sorted(set(merged.owner.tolist()))
         scenarios: list[tuple[str, int, int]] = [(ALL_UP, pool.replicas, 0)]
         if pool.replicas >= 1:
@@ -421,22 +463,20 @@ def replay(
             judged = [k for k in owners if demands[dids[k]].promise_level >= level]
             if not judged:
                 continue
-            slos = {
-                k: float(demands[dids[k]].ttft_slo_s)  # type: ignore[arg-type]
-                for k in judged
-                if demands[dids[k]].ttft_slo_s is not None
-            }
+            slos: dict[int, float] = {}
+            for k in judged:
+                slo = demands[dids[k]].ttft_slo_s
+                if slo is not None:
+                    t = int(tenant_of[k])
+                    slos[t] = min(slos.get(t, math.inf), float(slo))
             ok, ttft = _pool_holds(merged, live, slos, quantile)
             for k in judged:
                 by_demand[k].setdefault(key, {})[name] = ttft[merged.owner == k]
             if not ok and shortfalls:
-                missing = tuple(
-                    sorted(
-                        dids[k]
-                        for k, slo in slos.items()
-                        if _p95(ttft[merged.owner == k], quantile) > slo
-                    )
-                )
+                missing_tenants = {
+                    t for t, slo in slos.items() if _p95(ttft[merged.judge == t], quantile) > slo
+                }
+                missing = tuple(sorted(dids[k] for k in judged if tenant_of[k] in missing_tenants))
                 found.append(
                     PoolShortfall(
                         region=pool.region,
@@ -448,18 +488,22 @@ def replay(
                     )
                 )
 
+    def scenarios_of(ks: list[int]) -> dict[str, float]:
+        """p95 per scenario over the requests of demands ``ks`` (a scenario of one region
+        leaves their pools elsewhere all up)."""
+        names = sorted({n for k in ks for runs in by_demand[k].values() for n in runs})
+        out: dict[str, float] = {}
+        for name in names:
+            values = [runs.get(name, runs[ALL_UP]) for k in ks for runs in by_demand[k].values()]
+            out[name] = _p95(np.concatenate(values), quantile)
+        return out
+
     verdicts: list[DemandVerdict] = []
     for did, k in sorted(index.items()):
         demand = demands[did]
         if k not in by_demand:
             continue
-        per_pool = by_demand[k]
-        names = sorted({name for runs in per_pool.values() for name in runs})
-        per: dict[str, float] = {}
-        for name in names:
-            # A scenario of one region leaves the demand's pools elsewhere all up.
-            values = [runs.get(name, runs[ALL_UP]) for runs in per_pool.values()]
-            per[name] = _p95(np.concatenate(values), quantile)
+        per = scenarios_of([k])
         worst = max(per, key=lambda s: per[s])
         slo = demand.ttft_slo_s
         verdicts.append(
@@ -475,8 +519,31 @@ def replay(
                 holds=None if slo is None else per[worst] <= slo,
             )
         )
+    tenant_verdicts: list[TenantVerdict] = []
+    for tenant in tenants:
+        ks = [k for k in by_demand if demands[dids[k]].tenant == tenant]
+        if not ks:
+            continue
+        per = scenarios_of(ks)
+        worst = max(per, key=lambda s: per[s])
+        objectives = [demands[dids[k]].ttft_slo_s for k in ks]
+        known = [float(o) for o in objectives if o is not None]
+        slo_t = min(known) if known else None
+        tenant_verdicts.append(
+            TenantVerdict(
+                tenant=tenant,
+                demands=tuple(sorted(dids[k] for k in ks)),
+                requests=sum(sources[dids[k]][1] for k in ks),
+                ttft_slo_s=slo_t,
+                p95_ttft_s=per,
+                worst_scenario=worst,
+                worst_p95_ttft_s=per[worst],
+                holds=None if slo_t is None else per[worst] <= slo_t,
+            )
+        )
     return ReplayReport(
         demands=tuple(verdicts),
+        tenants=tuple(tenant_verdicts),
         shortfalls=tuple(found),
         seconds=time.perf_counter() - started,
         quantile=quantile,

@@ -104,6 +104,9 @@ def test_conv_trace_replan_holds_the_premium_slo_all_up_and_after_each_zone_loss
         )
     explanation = "\n".join(plan.explanation["verification"])
     assert "Replay holds" in explanation and "1 replayed from request logs" in explanation
+    # The objective is the tenant's: its p95 over all its requests.
+    [tenant] = [v for v in verification["tenants"] if v["tenant"] == PREMIUM]
+    assert tenant["holds"] and tenant["requests"] == 19_366
 
 
 def _bursty_log(path: Path, seed: int = 3) -> None:
@@ -156,11 +159,13 @@ def test_a_bursty_log_is_re_solved_with_raised_load_until_its_replay_holds(
     client.force_login(role_users[VIEWER])
     page = client.get(f"/plans/v{plan.version}/").content.decode()
     assert "SLO under replay" in page and "Replay holds" in page
-    assert verdict["demand"] in page and "request log" in page
+    assert PREMIUM in page and "request log" in page
     assert "load raised from burst" in page
     body = api_client_for(VIEWER).get(f"/api/plans/{plan.pk}/").json()
     shown = next(v for v in body["verification"]["demands"] if v["demand"] == verdict["demand"])
     assert shown["holds"] and shown["ttft_slo_s"] == 1.5
+    tenant = next(v for v in body["verification"]["tenants"] if v["tenant"] == PREMIUM)
+    assert tenant["holds"] and verdict["demand"] in tenant["demands"]
     assert body["verification"]["rounds"] == len(rounds)
     assert body["verification"]["raised"][verdict["demand"]]["burst"] == raised["burst"]
 
