@@ -21,7 +21,9 @@ model of ``docs/capacity-math.md``) against the replicas the plan puts where it 
   when it is served outside its home region;
 * **scenarios**: all replicas up; each zone of a region lost (the pools of that region keep
   ``N − n_zone`` replicas), judged for demands promised ``zone``; one replica lost in every
-  pool, judged for demands promised ``n+1`` or ``zone``. Pools are independent queues under
+  pool, judged for demands promised ``n+1`` or ``zone``. In a failure only the traffic its
+  floor protects is replayed (promised ``zone``, or ``n+1`` and ``zone``): the rest is shed,
+  as the placement's floors assume and a gateway's priorities do. Pools are independent queues under
   fixed routing, so losing one replica everywhere at once gives each pool what losing one of
   its own would.
 
@@ -309,6 +311,16 @@ def _merge(pool: _Pool) -> _Merged:
     )
 
 
+def _subset(merged: _Merged, keep: npt.NDArray[np.bool_]) -> _Merged:
+    return _Merged(
+        arrival=merged.arrival[keep],
+        service=merged.service[keep],
+        fixed=merged.fixed[keep],
+        owner=merged.owner[keep],
+        judge=merged.judge[keep],
+    )
+
+
 def _ttft(merged: _Merged, live: int) -> FloatArray:
     """Each request's TTFT with ``live`` replicas (infinite with none)."""
     if live <= 0:
@@ -444,15 +456,21 @@ def replay(
     found: list[PoolShortfall] = []
     zones_of = {r.name: r.zones for r in problem.regions}
     dids = {k: did for did, k in index.items()}
-    tenants = sorted({demands[did].tenant for did in index})
-    tindex = {t: i for i, t in enumerate(tenants)}
-    tenant_of = np.array(
-        [tindex[demands[dids[k]].tenant] for k in range(len(dids))], dtype=np.int64
-    )
+
+    # Judged per tenant and objective: a tenant's demands share its tier's objective in the
+    # control plane; a problem that gives one tenant several is judged on each apart.
+    def group_key(k: int) -> tuple[str, float]:
+        demand = demands[dids[k]]
+        return (demand.tenant, math.inf if demand.ttft_slo_s is None else demand.ttft_slo_s)
+
+    groups = sorted({group_key(k) for k in range(len(dids))})
+    gindex = {g: i for i, g in enumerate(groups)}
+    tenant_of = np.array([gindex[group_key(k)] for k in range(len(dids))], dtype=np.int64)
+    level_of = np.array([demands[dids[k]].promise_level for k in range(len(dids))], dtype=np.int64)
     for key, pool in sorted(pools.items()):
-        merged = _merge(pool)
-        merged.judge = tenant_of[merged.owner]
-        owners = sorted(set(merged.owner.tolist()))
+        everyone = _merge(pool)
+        everyone.judge = tenant_of[everyone.owner]
+        owners = sorted(set(everyone.owner.tolist()))
         scenarios: list[tuple[str, int, int]] = [(ALL_UP, pool.replicas, 0)]
         if pool.replicas >= 1:
             scenarios.append((ONE_REPLICA, pool.replicas - 1, 1))
@@ -463,6 +481,11 @@ def replay(
             judged = [k for k in owners if demands[dids[k]].promise_level >= level]
             if not judged:
                 continue
+            # In a failure the floors protect promised load only: the rest is shed, as the
+            # gateway's priorities would, so it is not replayed there.
+            merged = (
+                everyone if level == 0 else _subset(everyone, level_of[everyone.owner] >= level)
+            )
             slos: dict[int, float] = {}
             for k in judged:
                 slo = demands[dids[k]].ttft_slo_s
@@ -520,8 +543,8 @@ def replay(
             )
         )
     tenant_verdicts: list[TenantVerdict] = []
-    for tenant in tenants:
-        ks = [k for k in by_demand if demands[dids[k]].tenant == tenant]
+    for tenant, _objective in groups:
+        ks = [k for k in by_demand if group_key(k) == (tenant, _objective)]
         if not ks:
             continue
         per = scenarios_of(ks)
