@@ -477,7 +477,12 @@ def section(results: Sequence[Result], database: str, settings_line: str) -> str
     replay_line = (
         "Re-plan time with replay verification against without, same run: "
         + "; ".join(ratios)
-        + "."
+        + ". Each replay row runs right after its plain row in the same process, so with "
+        "history its inputs step reuses the forecast fits the plain row made (they are kept "
+        "for the day): compare the solves and replay columns there. A re-solve starts from "
+        "the round before with a third of the solve's time limit; on the generated fleet "
+        "each one runs to that limit without proving optimality, so the rounds, not the "
+        "replays, are what verification costs."
     )
     return "\n".join(
         [
