@@ -405,6 +405,35 @@ def nothing_to_plan(inputs: ReplanInputs) -> str:
     return text
 
 
+def with_replay_raises(
+    edge: Mapping[str, Any], verified_problem: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A band edge's problem with the loads the plan's replay raised raised alike (the same
+    factor on each demand's burst) and the shapes it excluded excluded, so that the edges
+    price the same latency promise as the plan instead of the linear model's alone."""
+    raised = {
+        str(d["id"]): d
+        for d in verified_problem.get("demands", [])
+        if "burst_before_replay" in d or d.get("excluded_shapes")
+    }
+    if not raised:
+        return dict(edge)
+    demands = []
+    for row in edge.get("demands", []):
+        verified_row = raised.get(str(row["id"]))
+        if verified_row is None:
+            demands.append(row)
+            continue
+        out = dict(row)
+        if "burst_before_replay" in verified_row:
+            factor = float(verified_row["burst"]) / float(verified_row["burst_before_replay"])
+            out["burst"] = float(f"{float(row.get('burst', 1.0)) * factor:.6g}")
+        if verified_row.get("excluded_shapes"):
+            out["excluded_shapes"] = list(verified_row["excluded_shapes"])
+        demands.append(out)
+    return {**edge, "demands": demands}
+
+
 def _band(
     forecast: DemandForecast,
     problem: Mapping[str, Any],
@@ -432,7 +461,7 @@ def _band(
                 if int(r["replicas"]) > 0
             ]
             edge_solution = _solve(
-                {**edge_problem, "previous": warm},
+                {**with_replay_raises(edge_problem, problem), "previous": warm},
                 time_limit_s=settings.band_time_limit_s,
                 settings=settings,
             )

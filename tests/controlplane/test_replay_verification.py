@@ -221,3 +221,21 @@ def test_traces_are_stored_once_and_decode_to_the_log(tmp_path: Path) -> None:
     assert arrival.shape == prompt.shape == output.shape == (trace.requests,)
     assert arrival[0] == 0.0 and np.all(np.diff(arrival) >= 0)
     assert trace.peak_requests_per_s > 2.0
+
+
+def test_band_edges_carry_the_replays_raises_and_exclusions() -> None:
+    from controlplane.plans.services import with_replay_raises
+
+    verified = {
+        "demands": [
+            {"id": "a", "burst": 3.0, "burst_before_replay": 1.5, "excluded_shapes": ["s2"]},
+            {"id": "b", "burst": 1.3},
+        ]
+    }
+    edge = {"demands": [{"id": "a", "burst": 1.5, "requests_per_s": 9}, {"id": "b", "burst": 1.3}]}
+    out = with_replay_raises(edge, verified)
+    assert out["demands"][0] == {
+        "id": "a", "burst": 3.0, "requests_per_s": 9, "excluded_shapes": ["s2"],
+    }  # fmt: skip
+    assert out["demands"][1] == {"id": "b", "burst": 1.3}
+    assert edge["demands"][0]["burst"] == 1.5  # the edge itself is left as it was
