@@ -73,12 +73,12 @@ def _parameter_types(task: Any) -> dict[str, Any]:
 
 
 def test_tasks_take_ids_not_records() -> None:
-    plain = {int, str, type(None)}
+    plain = {int, str, bool, type(None)}  # ids, counts, times, flags: never records
     for name, task in our_tasks().items():
         for parameter, hint in _parameter_types(task).items():
             assert hint is not None, f"{name}({parameter}) is not annotated"
             kinds = set(typing.get_args(hint)) or {hint}
-            assert kinds <= plain, f"{name}({parameter}: {hint}) is not an id, a count or a time"
+            assert kinds <= plain, f"{name}({parameter}: {hint}) is not an id, a count, a time or a flag"
 
 
 @pytest.fixture
