@@ -226,6 +226,10 @@ def opencost_query(params: Mapping[str, str], *, now: datetime | None = None) ->
                 name,
                 "not a parameter of this endpoint; it takes " + ", ".join(PARAMETERS),
             )
+        if not str(params[name]).strip():
+            # OpenCost reads an empty value as absent; the schema (and so a client reading
+            # it) says a given parameter has a value, so an empty one is refused by name.
+            raise FinanceInputError(name, "is empty; leave it out for its default")
     raw_aggregate = params.get("aggregate", "region")
     try:
         aggregate = services.check_group_by(raw_aggregate.split(","))

@@ -209,6 +209,8 @@ class TestUnsupported(OpenCostTest):
             ({"aggregate": "namespace"}, "aggregate"),
             ({"filter": 'namespace:"kube-system"'}, "filter"),
             ({"step": "1d"}, "step"),  # a step needs a window
+            ({"step": ""}, "step"),  # given, but empty
+            ({"window": "today", "aggregate": ""}, "aggregate"),
         ],
     )
     def test_is_a_400_naming_it(
