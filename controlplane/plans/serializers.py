@@ -32,43 +32,38 @@ class PlanRoutingSerializer(serializers.ModelSerializer[PlanRouting]):
         fields = ("demand", "tenant", "region", "shape", "requests_per_s")
 
 
-class ReplayVerdictSerializer(serializers.Serializer[dict[str, Any]]):
+class _VerdictFields(serializers.Serializer[dict[str, Any]]):
+    """What a replay verdict says of a tenant or a demand: p95 TTFT per scenario against the
+    objective."""
+
+    tenant = serializers.CharField()
+    requests = serializers.IntegerField(help_text="Requests replayed.")
+    ttft_slo_s = serializers.FloatField(allow_null=True, help_text="The tier's p95 TTFT, s.")
+    p95_ttft_s = serializers.DictField(
+        child=serializers.FloatField(allow_null=True),
+        help_text='p95 TTFT (s) per scenario: "all up", "one replica lost", "zone Z lost"; '
+        "null: requests that no replica serves.",
+    )
+    worst_scenario = serializers.CharField()
+    worst_p95_ttft_s = serializers.FloatField(allow_null=True)
+    holds = serializers.BooleanField(allow_null=True, help_text="null: no objective.")
+
+
+class ReplayVerdictSerializer(_VerdictFields):
     """One demand's replay: its p95 TTFT per failure scenario against its objective."""
 
     demand = serializers.CharField()
-    tenant = serializers.CharField()
     # A declared field named like Field.source: DRF's metaclass pops it from the class.
     source = serializers.CharField(  # type: ignore[assignment]
         help_text='"request log" or "synthesised" arrivals.'
     )
-    requests = serializers.IntegerField(help_text="Requests replayed.")
-    ttft_slo_s = serializers.FloatField(allow_null=True, help_text="The tier's p95 TTFT, s.")
-    p95_ttft_s = serializers.DictField(
-        child=serializers.FloatField(allow_null=True),
-        help_text='p95 TTFT (s) per scenario: "all up", "one replica lost", "zone Z lost"; '
-        "null: requests that no replica serves.",
-    )
-    worst_scenario = serializers.CharField()
-    worst_p95_ttft_s = serializers.FloatField(allow_null=True)
-    holds = serializers.BooleanField(allow_null=True, help_text="null: no objective.")
 
 
-class TenantVerdictSerializer(serializers.Serializer[dict[str, Any]]):
+class TenantVerdictSerializer(_VerdictFields):
     """One tenant's replay: p95 TTFT over all its requests per scenario, against its tier's
     objective. What the plan holds or misses."""
 
-    tenant = serializers.CharField()
     demands = serializers.ListField(child=serializers.CharField())
-    requests = serializers.IntegerField(help_text="Requests replayed.")
-    ttft_slo_s = serializers.FloatField(allow_null=True, help_text="The tier's p95 TTFT, s.")
-    p95_ttft_s = serializers.DictField(
-        child=serializers.FloatField(allow_null=True),
-        help_text='p95 TTFT (s) per scenario: "all up", "one replica lost", "zone Z lost"; '
-        "null: requests that no replica serves.",
-    )
-    worst_scenario = serializers.CharField()
-    worst_p95_ttft_s = serializers.FloatField(allow_null=True)
-    holds = serializers.BooleanField(allow_null=True, help_text="null: no objective.")
 
 
 class ExcludedShapeSerializer(serializers.Serializer[dict[str, Any]]):
