@@ -78,7 +78,9 @@ def test_tasks_take_ids_not_records() -> None:
         for parameter, hint in _parameter_types(task).items():
             assert hint is not None, f"{name}({parameter}) is not annotated"
             kinds = set(typing.get_args(hint)) or {hint}
-            assert kinds <= plain, f"{name}({parameter}: {hint}) is not an id, a count, a time or a flag"
+            assert kinds <= plain, (
+                f"{name}({parameter}: {hint}) is not an id, a count, a time or a flag"
+            )
 
 
 @pytest.fixture
