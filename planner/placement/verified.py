@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.placement.linear import BackendName
-from planner.placement.problem import Problem, ProblemInvalid, parse_problem
+from planner.placement.problem import Problem, parse_problem
 from planner.placement.replay import ONE_REPLICA, ReplayReport, Traffic, replay
 from planner.placement.solver import DEFAULT_BACKEND, solve
 
@@ -212,10 +212,7 @@ def solve_verified(
         if solution["status"] == "invalid" or not judged:
             rounds.append(Round(float(solution.get("cost_per_hour") or 0.0), True, solved_s, 0.0))
             return Verified(current, solution, None, tuple(rounds))
-        try:
-            parsed = parse_problem(current)
-        except ProblemInvalid:  # solve() accepted it; cannot happen
-            raise
+        parsed = parse_problem(current)  # valid: solve() accepted it
         report = replay(parsed, solution, traffic, seed=seed)
         earlier = {did for r in rounds for did in r.raised}
         raises = {} if report.holds else _raises(report, solution, parsed, earlier)

@@ -24,7 +24,7 @@ from controlplane.plans.services import demand_traffic
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry import traces
 from controlplane.telemetry.models import ObservedWorkload, RequestTrace
-from planner.placement import parse_problem
+from planner.placement import parse_problem, solve
 from planner.placement.replay import ALL_UP, replay, zone_scenario
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan
 
@@ -174,8 +174,6 @@ def test_a_bursty_log_is_re_solved_with_raised_load_until_its_replay_holds(
     first["demands"] = [
         {**d, "burst": d.get("burst_before_replay", d["burst"])} for d in plan.problem["demands"]
     ]
-    from planner.placement import solve
-
     report = replay(parse_problem(first), solve(first, time_limit_s=10), demand_traffic(first))
     assert not report.holds
     missed = next(v for v in report.demands if v.demand == verdict["demand"])
