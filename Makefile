@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 PYTHON ?= python3
 SCENARIO ?= docs/scenarios/support-assistant.yaml
 
-.PHONY: setup run test check pytest clean
+.PHONY: setup run test check pytest clean litellm-env
 
 # A virtual environment at .venv with the project and its development tools.
 setup: $(VENV)/.installed
@@ -27,6 +27,16 @@ run: setup
 	$(PY) manage.py export_problem --output var/problem.json
 	$(PY) manage.py run_pipeline --scenario $(SCENARIO)
 
+# LiteLLM in an environment of its own (its dependencies stay out of the project's): the
+# emission test builds LiteLLM's real Router from the gateway config the sink writes.
+LITELLM_VENV ?= .venv-litellm
+litellm-env: $(LITELLM_VENV)/.installed
+
+$(LITELLM_VENV)/.installed:
+	$(PYTHON) -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/python -m pip install --quiet 'litellm==1.110.2' 'pyyaml>=6'
+	touch $@
+
 # Lint, type checks, import contracts, Django checks and the whole test suite (DATABASE_URL picks the database).
 test: setup check pytest
 
@@ -43,4 +53,4 @@ pytest:
 	$(PY) -m pytest -q
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(LITELLM_VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -14,6 +14,16 @@ Run from the repository root:
     .venv/bin/python -m benchmarks.bench_placement                 # all sizes, print table
     .venv/bin/python -m benchmarks.bench_placement --sizes small   # the 50×6 size only
     .venv/bin/python -m benchmarks.bench_placement --write-docs    # also update docs/benchmarks.md
+
+With ``--hosted`` it instead solves each size's problem with and without hosted providers
+(``generate_problem(..., hosted=True)``: the same fleet and demands, plus hosted APIs and
+tenants allowed to overflow to them), alternating, ``--runs`` times each (solver seeds 0,
+1, …, the same on both sides), and reports per side the median solve time, statuses, gaps,
+cost, hosted share and the verifier's verdict, and the ratio of the medians (goal: at most
+1.5 on 200×12). ``mid`` (100×8×3×4, the seed-spread problem) is a size for this mode:
+
+    .venv/bin/python -m benchmarks.bench_placement --hosted --sizes small mid medium
+    .venv/bin/python -m benchmarks.bench_placement --hosted --sizes medium --time-limit 60
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -61,6 +71,7 @@ class Size:
 
 SIZES: dict[str, Size] = {
     "small": Size("50×6×3×3", 50, 6, 3, 3, 1, 60.0, "proven optimal", None),
+    "mid": Size("100×8×3×4", 100, 8, 3, 4, 1, 60.0, "(hosted comparison only)", 0.01),
     "medium": Size("200×12×3×4", 200, 12, 3, 4, 2, 10.0, "≤ 0.1 % of bound in 10 s", 0.001),
     "large": Size("1000×24×3×5", 1000, 24, 3, 5, 3, 60.0, "≤ 1 % of bound in 60 s", 0.01),
 }
@@ -355,6 +366,191 @@ def write_docs(text: str, docs: Path = DOCS) -> None:
     docs.write_text(updated)
 
 
+#: The most the 200×12 median solve may grow with hosted providers present.
+HOSTED_RATIO_GOAL = 1.5
+
+
+@dataclass
+class HostedRun:
+    """One solve of one side of the hosted comparison."""
+
+    hosted: bool
+    wall_s: float
+    status: str
+    gap: float | None
+    cost_per_hour: float
+    hosted_cost_per_hour: float
+    hosted_requests_per_s: float
+    planned_requests_per_s: float
+    unserved_requests_per_s: float
+    violations: list[str] = field(default_factory=list)
+    load_average: float = 0.0
+
+    @property
+    def hosted_share(self) -> float:
+        if self.planned_requests_per_s <= 0:
+            return 0.0
+        return self.hosted_requests_per_s / self.planned_requests_per_s
+
+
+@dataclass
+class HostedResult:
+    """Both sides of one size."""
+
+    size: Size
+    demands: int
+    providers: int
+    overflowing_demands: int
+    eligible_pairs: int
+    runs: list[HostedRun]
+
+    def side(self, hosted: bool) -> list[HostedRun]:
+        return [r for r in self.runs if r.hosted == hosted]
+
+    def median_s(self, hosted: bool) -> float:
+        return statistics.median(r.wall_s for r in self.side(hosted))
+
+    @property
+    def ratio(self) -> float:
+        base = self.median_s(False)
+        return self.median_s(True) / base if base > 0 else float("inf")
+
+
+def _load_average() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+def measure_hosted(size: Size, runs: int) -> HostedResult:
+    """Solve the size's problem without and with hosted providers, alternating."""
+    from planner.placement import parse_problem, solve
+
+    arguments: dict[str, Any] = {
+        "tenants": size.tenants,
+        "regions": size.regions,
+        "zones_per_region": size.zones_per_region,
+        "gpu_types": size.gpu_types,
+        "seed": size.seed,
+    }
+    problems = {
+        False: generate_problem(**arguments),
+        True: generate_problem(**arguments, hosted=True),
+    }
+    parsed = parse_problem(problems[True])
+    pairs = sum(
+        parsed.hosted_ineligible_reason(d, p) is None for d in parsed.demands for p in parsed.hosted
+    )
+    out: list[HostedRun] = []
+    for seed in range(runs):
+        for hosted in (False, True):
+            problem = problems[hosted]
+            load = _load_average()
+            started = time.perf_counter()
+            solution = solve(problem, time_limit_s=size.time_limit_s, workers=WORKERS, seed=seed)
+            wall = time.perf_counter() - started
+            gap = solution.get("gap")
+            rows = solution.get("hosted", [])
+            out.append(
+                HostedRun(
+                    hosted=hosted,
+                    wall_s=wall,
+                    status=str(solution.get("status")),
+                    gap=float(gap) if isinstance(gap, int | float) else None,
+                    cost_per_hour=float(solution.get("cost_per_hour", 0.0)),
+                    hosted_cost_per_hour=float(solution.get("hosted_cost_per_hour", 0.0)),
+                    hosted_requests_per_s=sum(float(r["requests_per_s"]) for r in rows),
+                    planned_requests_per_s=sum(
+                        float(d["requests_per_s"]) * float(d.get("burst", 1.0))
+                        for d in problem["demands"]
+                    ),
+                    unserved_requests_per_s=float(solution.get("unserved_requests_per_s", 0.0)),
+                    violations=verify(problem, solution),
+                    load_average=load,
+                )
+            )
+    return HostedResult(
+        size=size,
+        demands=len(problems[True]["demands"]),
+        providers=len(problems[True]["hosted"]),
+        overflowing_demands=sum(bool(d.get("hosted_overflow")) for d in problems[True]["demands"]),
+        eligible_pairs=pairs,
+        runs=out,
+    )
+
+
+def hosted_table(results: Sequence[HostedResult]) -> str:
+    """The hosted comparison as a Markdown table: one row per size and side."""
+    lines = [
+        "| size | hosted | limit | median solve | solve s (runs) | ratio | statuses | "
+        "gap (max) | cost $/h (runs) | hosted $/h | hosted share | unserved req/s | verified |",
+        "|" + "---|" * 13,
+    ]
+    for r in results:
+        for hosted in (False, True):
+            side = r.side(hosted)
+            kinds = sorted({run.status for run in side})
+            statuses = ", ".join(f"{sum(run.status == k for run in side)}× {k}" for k in kinds)
+            gaps = [run.gap for run in side if run.gap is not None]
+            label = (
+                f"{r.providers} providers, {r.overflowing_demands} demands may overflow "
+                f"({r.eligible_pairs} pairs)"
+                if hosted
+                else "none"
+            )
+            lines.append(
+                f"| {r.size.label} | {label} | {r.size.time_limit_s:g} s | "
+                f"{r.median_s(hosted):.2f} s | "
+                f"{' / '.join(f'{run.wall_s:.2f}' for run in side)} | "
+                f"{f'{r.ratio:.2f}×' if hosted else '–'} | {statuses} | "
+                f"{_percent(max(gaps) if gaps else None)} | "
+                f"{' / '.join(_money(run.cost_per_hour) for run in side)} | "
+                f"{_money(statistics.median(run.hosted_cost_per_hour for run in side))} | "
+                f"{_percent(statistics.median(run.hosted_share for run in side), 1)} | "
+                f"{statistics.median(run.unserved_requests_per_s for run in side):.3f} | "
+                f"{'yes' if not any(run.violations for run in side) else 'NO'} |"
+            )
+    return "\n".join(lines)
+
+
+def main_hosted(args: argparse.Namespace) -> int:
+    results: list[HostedResult] = []
+    for name in args.sizes:
+        size = SIZES[name]
+        if args.time_limit is not None:
+            size = replace(size, time_limit_s=args.time_limit)
+        print(
+            f"{size.label}: without and with hosted providers, {args.runs}× each "
+            f"(limit {size.time_limit_s:g} s)…",
+            flush=True,
+        )
+        result = measure_hosted(size, args.runs)
+        for run in result.runs:
+            print(
+                f"  {'hosted' if run.hosted else 'plain '}: {run.status} in {run.wall_s:.2f} s "
+                f"(load {run.load_average:.1f}), cost {run.cost_per_hour:,.2f} $/h, "
+                f"hosted {run.hosted_cost_per_hour:,.2f} $/h, share "
+                f"{100 * run.hosted_share:.1f} %, gap {run.gap}, "
+                f"{len(run.violations)} violations",
+                flush=True,
+            )
+            for violation in run.violations[:5]:
+                print(f"    {violation}")
+        verdict = ""
+        if name == "medium":
+            met = result.ratio <= HOSTED_RATIO_GOAL
+            verdict = f" (goal ≤ {HOSTED_RATIO_GOAL:g}: {'met' if met else 'NOT met'})"
+        print(f"  ratio of medians: {result.ratio:.2f}{verdict}", flush=True)
+        results.append(result)
+    print()
+    print(hosted_table(results))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2, default=str))
+    verified = all(not any(run.violations for run in r.runs) for r in results)
+    return 0 if verified else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument(
@@ -374,7 +570,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--docs", type=Path, default=DOCS, help="the file --write-docs updates")
     parser.add_argument("--revision", help="the code revision measured, named in the docs")
     parser.add_argument("--json", type=Path, help="also write the raw measurements here")
+    parser.add_argument(
+        "--hosted",
+        action="store_true",
+        help="solve each size with and without hosted providers, side by side",
+    )
+    parser.add_argument(
+        "--runs", type=int, default=RUNS, help="with --hosted: solves per side (default 3)"
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        help="with --hosted: the solver's limit in seconds for every size (default: each "
+        "size's own)",
+    )
     args = parser.parse_args(argv)
+    if args.hosted:
+        return main_hosted(args)
 
     results: list[Result] = []
     for name in args.sizes:

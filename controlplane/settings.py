@@ -13,8 +13,16 @@ from pathlib import Path
 import dj_database_url
 import django_stubs_ext
 
-from controlplane.core.conf import envbool, envint, envlist, envnetworks, envsecret, envstr
-from planner.placement.problem import DEFAULT_TARGET_UTILIZATION
+from controlplane.core.conf import (
+    envbool,
+    envint,
+    envlist,
+    envnetworks,
+    envsecret,
+    envstr,
+    parse_choice,
+)
+from planner.capacity.sizing import DEFAULT_TARGET_UTILIZATION
 
 # Lets the admin and form classes take type arguments at run time (``TabularInline[Zone]``),
 # as django-stubs declares them.
@@ -118,9 +126,34 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # it begins, so two that read and then write wait for each other rather than one failing
     # at once with "database is locked" (SQLite cannot make a reader a writer while another
     # writes); and a statement waits up to HEADROOM_SQLITE_BUSY_TIMEOUT_S for a lock.
+    #
+    # Write-ahead logging (HEADROOM_SQLITE_JOURNAL_MODE, default wal): readers read the last
+    # committed state while a writer writes, instead of waiting behind its lock. In SQLite's
+    # default rollback journal a burst of writes (20 what-if submits at once) made every read
+    # in those two seconds wait out the busy handler's sleeps (docs/benchmarks.md, "What-if
+    # previews beside a reader"). WAL needs the file on a local disk, as the embedded default
+    # is; "delete" restores the rollback journal.
+    SQLITE_JOURNAL_MODE = parse_choice(
+        "HEADROOM_SQLITE_JOURNAL_MODE",
+        envstr("HEADROOM_SQLITE_JOURNAL_MODE", "wal"),
+        ("wal", "delete", "truncate", "persist"),
+    )
+    # In WAL mode a commit need not wait for the disk (HEADROOM_SQLITE_SYNCHRONOUS, default
+    # normal there, full otherwise): the file stays consistent through any crash, and a
+    # process that dies loses nothing it committed; only a power cut or kernel crash can lose
+    # the last commits before the next checkpoint. Each submit in a burst of writes waited out
+    # the commits before it, each a disk flush, holding a web worker meanwhile.
+    SQLITE_SYNCHRONOUS = parse_choice(
+        "HEADROOM_SQLITE_SYNCHRONOUS",
+        envstr("HEADROOM_SQLITE_SYNCHRONOUS", "normal" if SQLITE_JOURNAL_MODE == "wal" else "full"),
+        ("normal", "full", "extra"),
+    )
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         timeout=envint("HEADROOM_SQLITE_BUSY_TIMEOUT_S", 30, minimum=1),
         transaction_mode="IMMEDIATE",
+        # The journal mode is the file's own and is set by controlplane.core.sqlite when a
+        # connection opens (changing it takes a lock the busy timeout does not wait for).
+        init_command=f"PRAGMA synchronous={SQLITE_SYNCHRONOUS};",
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -194,6 +227,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Policy, fleet, plans and forecasts of the Headroom control plane.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Request bodies are documented as JSON only: what clients (and the API fuzz) send. The
+    # views still parse forms at runtime for the browsable API's HTML forms, where a field
+    # can only be text and null cannot be said; the schema promises JSON's types.
+    "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
     # Choice sets that share a field name get explicit names; otherwise drf-spectacular warns
     # and invents hashed ones (the schema check runs with --fail-on-warn).
     "ENUM_NAME_OVERRIDES": {
@@ -302,3 +339,6 @@ HEADROOM_DEFAULT_TARGET_UTILIZATION = float(
 # off to run the steps on their own schedules only.
 HEADROOM_TELEMETRY_DERIVE_AFTER_PULL = envbool("HEADROOM_TELEMETRY_DERIVE_AFTER_PULL", True)
 HEADROOM_REPLAN_ON_DRIFT = envbool("HEADROOM_REPLAN_ON_DRIFT", True)
+# Once telemetry has been pulled, a re-plan that would size a demand from its declared profile
+# fails its run naming the demands (controlplane.plans.conf). Off for the embedded quick start.
+HEADROOM_REPLAN_REQUIRE_TELEMETRY = envbool("HEADROOM_REPLAN_REQUIRE_TELEMETRY", False)

@@ -101,7 +101,12 @@ def _solve(args: argparse.Namespace) -> int:
         raise CommandFailed(f"{args.problem}: invalid problem: {error}") from None
     with _native_stdout_to_stderr():
         solution = solve(
-            problem, time_limit_s=args.time_limit, workers=args.workers, seed=args.seed
+            problem,
+            time_limit_s=args.time_limit,
+            workers=args.workers,
+            seed=args.seed,
+            executor=args.executor,
+            ray_address=args.ray_address,
         )
         explanation = (
             explain(
@@ -155,6 +160,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers", type=_positive_int, default=2, help="solver threads (default 2)"
     )
     solve.add_argument("--seed", type=int, default=0, help="solver random seed (default 0)")
+    solve.add_argument(
+        "--executor",
+        choices=("process", "ray"),
+        default="process",
+        help="where independent parts are solved: forked processes (default) or Ray tasks",
+    )
+    solve.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="with --executor ray: the cluster (auto, ray://host:10001); default a local Ray "
+        "of --workers CPUs",
+    )
     solve.set_defaults(run=_solve)
     return parser
 

@@ -17,6 +17,7 @@ from controlplane.core.filters import StrictBooleanFilter, StrictFilterSet
 from controlplane.fleet.models import (
     CapacityFigure,
     Geography,
+    HostedProvider,
     Region,
     RegionLink,
     ReplicaShape,
@@ -30,6 +31,12 @@ class RegionFilter(StrictFilterSet):
     class Meta:
         model = Region
         fields = ("geography",)
+
+
+class HostedProviderFilter(StrictFilterSet):
+    class Meta:
+        model = HostedProvider
+        fields = ("region", "enabled")
 
 
 class ZoneFilter(StrictFilterSet):

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Model
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -22,6 +23,7 @@ from controlplane.fleet.models import (
     AcceleratorType,
     CapacityFigure,
     Geography,
+    HostedProvider,
     LlmModel,
     Region,
     RegionLink,
@@ -83,16 +85,35 @@ class JSONDocumentField(serializers.JSONField):
 
 class RecordSerializer(StrictModelSerializer):
     """Writes through ``record_save`` so the model's ``full_clean()`` rules apply; unknown
-    fields, booleans as numbers and fractional ids are refused (``core.serializers``)."""
+    fields, booleans as numbers and fractional ids are refused (``core.serializers``).
+    A many-to-many field is set after the row is saved, in the same transaction.
+    """
 
     def create(self, validated_data: dict[str, Any]) -> Any:
         model: type[Model] = self.Meta.model
-        return record_save(record=model(**validated_data))
+        related = self._many_to_many(validated_data)
+        with transaction.atomic():
+            record = record_save(record=model(**validated_data))
+            for name, values in related.items():
+                getattr(record, name).set(values)
+        return record
 
     def update(self, instance: Any, validated_data: dict[str, Any]) -> Any:
+        related = self._many_to_many(validated_data)
         for name, value in validated_data.items():
             setattr(instance, name, value)
-        return record_save(record=instance)
+        with transaction.atomic():
+            record = record_save(record=instance)
+            for name, values in related.items():
+                getattr(record, name).set(values)
+        return record
+
+    def _many_to_many(self, validated_data: dict[str, Any]) -> dict[str, Any]:
+        """Pop the many-to-many fields out of ``validated_data`` (a model takes them only once
+        it has a primary key)."""
+        model: type[Model] = self.Meta.model
+        names = {f.name for f in model._meta.many_to_many}
+        return {name: validated_data.pop(name) for name in list(validated_data) if name in names}
 
 
 class RevisionedSerializer(RecordSerializer):
@@ -113,13 +134,36 @@ class GeographySerializer(RecordSerializer):
 class RegionSerializer(RecordSerializer):
     class Meta:
         model = Region
-        fields = ("id", "name", "geography", "price_multiplier")
+        fields = ("id", "name", "geography", "price_multiplier", "actuation")
 
 
 class ZoneSerializer(RecordSerializer):
     class Meta:
         model = Zone
         fields = ("id", "name", "region", "state")
+
+
+class HostedProviderSerializer(RecordSerializer):
+    """A hosted API for overflow; ``served_models`` are model ids (at least one)."""
+
+    served_models = StrictPrimaryKeyRelatedField(
+        many=True, queryset=LlmModel.objects.all(), allow_empty=False
+    )
+
+    class Meta:
+        model = HostedProvider
+        fields = (
+            "id",
+            "name",
+            "region",
+            "served_models",
+            "input_price_per_mtok",
+            "output_price_per_mtok",
+            "tpm_limit",
+            "rpm_limit",
+            "p95_ttft_s",
+            "enabled",
+        )
 
 
 class RegionLinkSerializer(RecordSerializer):
@@ -139,6 +183,7 @@ class AcceleratorTypeSerializer(RecordSerializer):
             "memory_tbps",
             "on_demand_price_per_gpu_hour",
             "reserved_price_per_gpu_hour",
+            "spot_price_per_gpu_hour",
             "gpu_product",
         )
 
@@ -255,6 +300,7 @@ class TierSerializer(RevisionedSerializer):
             "id",
             "name",
             "p95_ttft_slo_s",
+            "p95_itl_slo_s",
             "failure_promise",
             "priority",
             "target_utilization",

@@ -46,6 +46,7 @@ from controlplane.fleet.models import (
     AcceleratorType,
     CapacityFigure,
     Geography,
+    HostedProvider,
     LlmModel,
     Region,
     RegionLink,
@@ -199,6 +200,14 @@ class ZoneViewSet(FleetRecordViewSet):
     ordering_fields = ("id", "name", "region__name", "state")
 
 
+class HostedProviderViewSet(FleetRecordViewSet):
+    queryset = HostedProvider.objects.select_related("region").prefetch_related("served_models")
+    serializer_class = serializers.HostedProviderSerializer
+    filterset_class = filters.HostedProviderFilter
+    search_fields = ("name",)
+    ordering_fields = ("id", "name", "region__name", "tpm_limit")
+
+
 class RegionLinkViewSet(FleetRecordViewSet):
     queryset = RegionLink.objects.all()
     serializer_class = serializers.RegionLinkSerializer
@@ -218,6 +227,7 @@ class AcceleratorTypeViewSet(FleetRecordViewSet):
         "memory_tbps",
         "on_demand_price_per_gpu_hour",
         "reserved_price_per_gpu_hour",
+        "spot_price_per_gpu_hour",
     )
 
 

@@ -19,6 +19,7 @@ from django.utils.html import format_html
 
 from controlplane.benchmarks import selectors, services
 from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun, ShapeFreshness
+from controlplane.core import formatting
 from controlplane.core.admin import (
     ReadOnlyAdmin,
     ReadOnlyHistoryAdmin,
@@ -28,7 +29,9 @@ from controlplane.core.admin import (
 
 
 def _pretty(value: Any) -> str:
-    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True, default=str))
+    return format_html(
+        "<pre>{}</pre>", json.dumps(formatting.tidy(value), indent=2, sort_keys=True, default=str)
+    )
 
 
 @admin.register(BenchmarkRun)

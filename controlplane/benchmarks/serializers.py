@@ -12,7 +12,7 @@ from controlplane.api.serializers import REVISION_FIELDS, RevisionedSerializer
 from controlplane.benchmarks import selectors
 from controlplane.benchmarks.models import BenchmarkEndpoint, BenchmarkRun
 from controlplane.benchmarks.selectors import Freshness
-from controlplane.core.serializers import StrictFieldsMixin
+from controlplane.core.serializers import StrictCharField, StrictFieldsMixin
 from controlplane.fleet.models import ReplicaShape
 
 
@@ -64,7 +64,7 @@ class BenchmarkRequestSerializer(StrictFieldsMixin, serializers.Serializer[Any])
     kind = serializers.ChoiceField(
         choices=BenchmarkRun.Kind.choices, default=BenchmarkRun.Kind.ENGINE
     )
-    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    reason = StrictCharField(max_length=500, required=False, allow_blank=True, default="")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         shape = attrs["shape"]

@@ -4,18 +4,20 @@ stale ``If-Match``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django import forms
 from django.contrib import admin
-from django.core.exceptions import ValidationError
+from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import router, transaction
-from django.db.models import F
+from django.db.models import F, FloatField
 from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse
 from django.utils.functional import cached_property
 from simple_history.admin import SimpleHistoryAdmin
 
+from controlplane.core import formatting
 from controlplane.core.records import Revisioned
 
 _RevisionedT = TypeVar("_RevisionedT", bound=Revisioned)
@@ -54,11 +56,89 @@ class ListActionsOnlyAdminMixin:
         return obj is None and allowed
 
 
-class ReadOnlyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[Any]):
+def float_format(name: str) -> Callable[[Any], str]:
+    """How a stored float named ``name`` reads: money to the cent, replica and GPU counts
+    whole or to one decimal, anything else (rates, times, token counts) to three significant
+    figures."""
+    if "price" in name or "cost" in name:
+        return formatting.money
+    if "replicas" in name or "gpus" in name:
+        return formatting.count
+    return formatting.rate
+
+
+def _rounded_column(field: FloatField[Any, Any]) -> Callable[[Any], str]:
+    format_ = float_format(field.name)
+
+    def column(obj: Any) -> str:
+        value = getattr(obj, field.name)
+        return "-" if value is None else format_(value)
+
+    column.short_description = field.verbose_name  # type: ignore[attr-defined]
+    column.admin_order_field = field.name  # type: ignore[attr-defined]
+    column.__name__ = field.name
+    return column
+
+
+# A read-only page's rounded stand-in for a float field: a model admin attribute, so the
+# page's row takes it rather than the field (the model's own name would win).
+ROUNDED_SUFFIX = "__rounded"
+
+
+class RoundedFloatsMixin:
+    """Change lists whose float columns read rounded by what they mean
+    (``162.35999999999999`` → ``162.36``), sorting by the stored value; on a page that only
+    shows a row (no change permission), its float fields read rounded the same way. Forms
+    that edit a row keep the stored value in their inputs."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.endswith(ROUNDED_SUFFIX):
+            field = self._float_field(name.removesuffix(ROUNDED_SUFFIX))
+            if field is not None:
+                return _rounded_column(field)
+        raise AttributeError(name)
+
+    def _float_field(self, name: Any) -> FloatField[Any, Any] | None:
+        if not isinstance(name, str):
+            return None
+        try:
+            field = self.model._meta.get_field(name)
+        except FieldDoesNotExist:
+            return None
+        return field if isinstance(field, FloatField) else None
+
+    def _rounded_names(self, names: Any) -> Any:
+        if isinstance(names, list | tuple):
+            return type(names)(self._rounded_names(name) for name in names)
+        return names + ROUNDED_SUFFIX if self._float_field(names) is not None else names
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)  # type: ignore[misc]
+        if obj is None or self.has_change_permission(request, obj):
+            return fieldsets
+        return [
+            (title, {**options, "fields": self._rounded_names(list(options["fields"]))})
+            for title, options in fieldsets
+        ]
+
+    def get_list_display(self, request: HttpRequest) -> list[str | Callable[[Any], str | bool]]:
+        names = super().get_list_display(request)  # type: ignore[misc]
+        opts = self.model._meta
+        out: list[str | Callable[[Any], str | bool]] = []
+        for name in names:
+            try:
+                field = opts.get_field(name) if isinstance(name, str) else None
+            except FieldDoesNotExist:
+                field = None
+            out.append(_rounded_column(field) if isinstance(field, FloatField) else name)
+        return out
+
+
+class ReadOnlyAdmin(RoundedFloatsMixin, ReadOnlyAdminMixin, admin.ModelAdmin[Any]):
     """A model admin that only shows."""
 
 
-class ReadOnlyHistoryAdmin(ReadOnlyAdminMixin, SimpleHistoryAdmin):
+class ReadOnlyHistoryAdmin(RoundedFloatsMixin, ReadOnlyAdminMixin, SimpleHistoryAdmin):
     """A read-only admin of a model with an audit history."""
 
 
@@ -127,7 +207,7 @@ def reverting(request: HttpRequest) -> bool:
     return bool(getattr(request, "_headroom_reverting", False))
 
 
-class HistoryAdmin(SimpleHistoryAdmin):
+class HistoryAdmin(RoundedFloatsMixin, SimpleHistoryAdmin):
     """Admin of a model with an audit history that saves nothing when nothing changed: an
     unchanged form writes no empty history row (the API's no-op writes do the same)."""
 

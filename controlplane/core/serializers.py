@@ -41,6 +41,15 @@ class StrictFloatField(serializers.FloatField):
         return super().to_internal_value(data)
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """``true`` or ``false``; not ``1``, ``"yes"`` or ``"true"`` (DRF alone takes those)."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
 class StrictCharField(serializers.CharField):
     """Text; a number or a boolean is not text (DRF alone would store ``3`` as ``"3"``)."""
 
@@ -75,10 +84,24 @@ class StrictPrimaryKeyRelatedField(serializers.PrimaryKeyRelatedField[Any]):
         return isinstance(getattr(self.root, "initial_data", None), QueryDict)
 
 
+class StrictSlugField(serializers.SlugField):
+    """A slug; a number is not one (DRF alone would store ``3`` as ``"3"``)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class StrictModelSerializer(StrictFieldsMixin, serializers.ModelSerializer[Any]):
+    # Text columns take text only: a JSON number or boolean for a name, a description or an
+    # image reference is a 400 naming the field, not stored as its digits.
     serializer_field_mapping = {
         **serializers.ModelSerializer.serializer_field_mapping,
         models.FloatField: StrictFloatField,
+        models.CharField: StrictCharField,
+        models.TextField: StrictCharField,
+        models.SlugField: StrictSlugField,
     }
     serializer_related_field = StrictPrimaryKeyRelatedField
 

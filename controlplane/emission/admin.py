@@ -60,6 +60,8 @@ class AllocationSinkForm(forms.ModelForm[AllocationSink]):
             "env_secret",
             "kubectl_apply",
             "kubectl_context",
+            "endpoint_template",
+            "hosted_endpoints",
         ]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -103,7 +105,7 @@ class AllocationSinkAdmin(SimpleHistoryAdmin):
     fieldsets = [
         (None, {"fields": ["name", "kind", "enabled", "timeout_s"]}),
         ("Webhook", {"fields": ["url", "secret", "clear_secret", "secret_hint"]}),
-        ("Files and Kubernetes", {"fields": ["directory"]}),
+        ("Files, Kubernetes and LiteLLM", {"fields": ["directory"]}),
         (
             "Kubernetes",
             {
@@ -121,6 +123,7 @@ class AllocationSinkAdmin(SimpleHistoryAdmin):
                 ]
             },
         ),
+        ("LiteLLM", {"fields": ["endpoint_template", "hosted_endpoints"]}),
         ("Record", {"fields": ["created_at", "updated_at"]}),
     ]
 

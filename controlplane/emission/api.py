@@ -1,11 +1,13 @@
-"""REST API of emission: sinks (any role reads, policy-admin writes) and the outbox (read, and
-a retry of failed rows for policy-admin).
+"""REST API of emission: sinks (any role reads, policy-admin writes), the outbox (read, and
+a retry of failed rows for policy-admin) and the shadow-mode diffs (read).
 
 A sink's secret is write-only: responses carry ``secret_set`` and ``secret_hint`` (a mask and
 the last characters), never the value; an update without ``secret`` keeps the current one.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
@@ -16,17 +18,18 @@ from rest_framework.filters import SearchFilter
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api.serializers import RecordSerializer
+from controlplane.api.serializers import JSONDocumentField, RecordSerializer
 from controlplane.api.viewsets import RecordViewSet
 from controlplane.core.api import ReadOnlyViewSet, StableOrderingFilter
 from controlplane.core.filters import StrictFilterBackend, StrictFilterSet, StrictIntegerFilter
 from controlplane.core.roles import POLICY_ADMIN, user_roles
+from controlplane.core.serializers import StrictCharField
 from controlplane.emission import services
-from controlplane.emission.models import AllocationSink, DeliveryAttempt, OutboxEntry
+from controlplane.emission.models import AllocationSink, DeliveryAttempt, OutboxEntry, ShadowDiff
 
 
 class AllocationSinkSerializer(RecordSerializer):
-    secret = serializers.CharField(
+    secret = StrictCharField(
         write_only=True,
         required=False,
         allow_blank=True,
@@ -36,6 +39,14 @@ class AllocationSinkSerializer(RecordSerializer):
         help_text="Webhook HMAC key. Write-only; omit it on update to keep the current one.",
     )
     secret_set = serializers.SerializerMethodField()
+    hosted_endpoints = JSONDocumentField(
+        required=False,
+        help_text=(
+            "LiteLLM: per hosted provider, its LiteLLM provider prefix, api_base, api_key_env "
+            "(the environment variable holding its key; keys are never stored) and models "
+            "(Headroom model → the provider's model id)."
+        ),
+    )
     secret_hint = serializers.SerializerMethodField(
         help_text="A mask ending in the secret's last characters, for policy admins; empty for "
         "other roles and when no secret is set."
@@ -64,6 +75,8 @@ class AllocationSinkSerializer(RecordSerializer):
             "env_secret",
             "kubectl_apply",
             "kubectl_context",
+            "endpoint_template",
+            "hosted_endpoints",
             "created_at",
             "updated_at",
         )
@@ -192,3 +205,65 @@ class OutboxEntryViewSet(ReadOnlyViewSet):
                 {"status": [f"Only failed rows can be retried, not {entry.status} ones."]}
             )
         return Response(self.get_serializer(entry).data)
+
+
+class ShadowRowSerializer(serializers.Serializer[Any]):
+    zone = serializers.CharField()
+    shape = serializers.CharField()
+    accelerator = serializers.CharField()
+    gpus_per_replica = serializers.IntegerField()
+    delivered = serializers.IntegerField(help_text="Replicas a sink last acknowledged.")
+    planned = serializers.IntegerField(help_text="Replicas the plan would run.")
+    delivered_cost_per_hour = serializers.FloatField()
+    planned_cost_per_hour = serializers.FloatField()
+
+
+class ShadowDiffSerializer(serializers.ModelSerializer[ShadowDiff]):
+    plan_version = serializers.IntegerField(source="plan.version", read_only=True)
+    delivered_plan_version = serializers.IntegerField(
+        source="delivered_plan.version", read_only=True, allow_null=True, default=None
+    )
+    rows = ShadowRowSerializer(many=True, read_only=True)
+    changed = serializers.BooleanField(read_only=True)
+    cost_change_per_hour = serializers.FloatField(read_only=True)
+
+    class Meta:
+        model = ShadowDiff
+        fields = (
+            "id",
+            "plan",
+            "plan_version",
+            "region",
+            "delivered_plan",
+            "delivered_plan_version",
+            "changed",
+            "delivered_replicas",
+            "planned_replicas",
+            "delivered_gpus",
+            "planned_gpus",
+            "delivered_cost_per_hour",
+            "planned_cost_per_hour",
+            "cost_change_per_hour",
+            "rows",
+            "created_at",
+        )
+        read_only_fields = fields
+
+
+class ShadowDiffFilter(StrictFilterSet):
+    plan_version = StrictIntegerFilter(field_name="plan__version")
+
+    class Meta:
+        model = ShadowDiff
+        fields = ("plan", "region")
+
+
+class ShadowDiffViewSet(ReadOnlyViewSet):
+    """What each activated plan would have changed in the regions in shadow mode, against
+    what a sink last delivered there; newest first. Nothing was sent for these."""
+
+    queryset = ShadowDiff.objects.select_related("plan", "delivered_plan")
+    serializer_class = ShadowDiffSerializer
+    filterset_class = ShadowDiffFilter
+    filter_backends = [StrictFilterBackend, StableOrderingFilter]
+    ordering_fields = ("id", "created_at", "region")

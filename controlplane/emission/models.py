@@ -1,7 +1,8 @@
 """Emission: where activated plans go, and the outbox that takes them there.
 
 - ``AllocationSink`` is one configured destination: an HTTP webhook (signed), a folder of JSON
-  files, or a folder of Kubernetes manifests (optionally applied with kubectl). Its secret is
+  files, a folder of Kubernetes manifests (optionally applied with kubectl), or a folder of
+  LiteLLM proxy configurations (the gateway's routing weights). Its secret is
   write-only: the admin and the API show a hint, never the value, and its history leaves it out
   (an entry that rotates it says "secret rotated" as its change reason).
 - ``OutboxEntry`` is one region's allocation for one sink, written in the same transaction as
@@ -16,6 +17,8 @@
 from __future__ import annotations
 
 import re
+import string
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -64,12 +67,92 @@ _LABEL_KEY = RegexValidator(
 # The GPU product label NVIDIA GPU feature discovery puts on GPU nodes.
 DEFAULT_GPU_NODE_LABEL = "nvidia.com/gpu.product"
 
+# LiteLLM: where a region's self-hosted pool of a model answers, by default the Service the
+# Kubernetes sink writes for that region and model (in the sink's namespace).
+DEFAULT_ENDPOINT_TEMPLATE = "http://{service}.{namespace}.svc.cluster.local/v1"
+ENDPOINT_PLACEHOLDERS = ("region", "model", "service", "namespace")
+# LiteLLM: what one hosted provider's entry in ``hosted_endpoints`` may say.
+HOSTED_ENDPOINT_KEYS = ("provider", "api_base", "api_key_env", "models")
+_LITELLM_PROVIDER = re.compile(r"^[a-z0-9][a-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def endpoint_template_problem(template: str) -> str:
+    """Why ``template`` cannot give a pool's OpenAI base URL, or ''."""
+    try:
+        fields = [
+            (name, spec, conversion)
+            for _, name, spec, conversion in string.Formatter().parse(template)
+            if name is not None
+        ]
+    except ValueError as exc:
+        return f"Not a valid template: {exc}."
+    if any(spec or conversion for _, spec, conversion in fields):
+        return "Write placeholders plainly, as {region}: no conversions or format specs."
+    unknown = [n for n, _, _ in fields if n not in ENDPOINT_PLACEHOLDERS]
+    if unknown:
+        known = ", ".join("{" + p + "}" for p in ENDPOINT_PLACEHOLDERS)
+        return f"Unknown placeholder {{{unknown[0]}}}; use {known}."
+    url = template.format(**{p: "x" for p in ENDPOINT_PLACEHOLDERS})
+    if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
+        return "Give an http:// or https:// URL."
+    return ""
+
+
+def hosted_endpoints_problem(value: object) -> str:
+    """Why ``value`` is not a valid ``hosted_endpoints`` mapping, or ''.
+
+    ``{provider name: {"provider": LiteLLM provider, "api_base": URL, "api_key_env": NAME,
+    "models": {Headroom model: the provider's model id}}}``; only ``provider`` is required.
+    Keys are referenced by environment variable name (``os.environ/NAME`` in the written
+    config), never stored: an ``api_key`` entry is refused.
+    """
+    if not isinstance(value, Mapping):
+        return "Give a mapping of hosted provider names to their endpoints."
+    for name, entry in value.items():
+        where = f"{name}: "
+        if not isinstance(entry, Mapping):
+            return where + "give a mapping with provider, api_base, api_key_env, models."
+        for key in entry:
+            if key == "api_key":
+                return where + (
+                    "API keys are not stored; give api_key_env, the environment variable "
+                    "that holds the key on the proxy."
+                )
+            if key not in HOSTED_ENDPOINT_KEYS:
+                return where + f"unknown key {key!r}; known: {', '.join(HOSTED_ENDPOINT_KEYS)}."
+        provider = entry.get("provider")
+        if not isinstance(provider, str) or not _LITELLM_PROVIDER.match(provider):
+            return where + (
+                "provider is required: LiteLLM's provider prefix, such as openai or together_ai."
+            )
+        api_base = entry.get("api_base")
+        if api_base is not None and (
+            not isinstance(api_base, str)
+            or urlsplit(api_base).scheme not in ("http", "https")
+            or not urlsplit(api_base).netloc
+        ):
+            return where + "api_base: give an http:// or https:// URL."
+        env = entry.get("api_key_env")
+        if env is not None and (not isinstance(env, str) or not _ENV_NAME.match(env)):
+            return where + "api_key_env: give an environment variable name, such as API_KEY."
+        models_map = entry.get("models")
+        if models_map is not None and (
+            not isinstance(models_map, Mapping)
+            or not all(
+                isinstance(k, str) and isinstance(v, str) and v for k, v in models_map.items()
+            )
+        ):
+            return where + "models: give a mapping of model names to the provider's model ids."
+    return ""
+
 
 class AllocationSink(models.Model):
     class Kind(models.TextChoices):
         WEBHOOK = "webhook", "HTTP webhook"
         FILES = "files", "JSON files"
         KUBERNETES = "kubernetes", "Kubernetes manifests"
+        LITELLM = "litellm", "LiteLLM proxy config"
 
     class Autoscaler(models.TextChoices):
         HPA = "hpa", "HorizontalPodAutoscaler (prometheus-adapter)"
@@ -109,7 +192,10 @@ class AllocationSink(models.Model):
         blank=True,
         default="default",
         validators=[_DNS_LABEL],
-        help_text="Kubernetes: namespace of the emitted Deployments and autoscalers.",
+        help_text=(
+            "Kubernetes: namespace of the emitted Deployments and autoscalers; LiteLLM: of "
+            "the Services the default endpoint template names."
+        ),
     )
     container_image = models.CharField(
         max_length=255,
@@ -170,6 +256,24 @@ class AllocationSink(models.Model):
         max_length=128,
         blank=True,
         help_text="Kubernetes: the kubeconfig context to apply to (empty: the current one).",
+    )
+    endpoint_template = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text=(
+            "LiteLLM: the OpenAI base URL of a region's self-hosted pool of a model, with "
+            "{region}, {model}, {service} (the Kubernetes sink's Service name) and {namespace}; "
+            f"empty = {DEFAULT_ENDPOINT_TEMPLATE}."
+        ),
+    )
+    hosted_endpoints = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=(
+            'LiteLLM: per hosted provider, {"provider": "together_ai", "api_base": "https://…", '
+            '"api_key_env": "TOGETHERAI_API_KEY", "models": {"chat-70b": "meta-llama/…"}}. '
+            "Keys are named by environment variable, never stored."
+        ),
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -238,6 +342,15 @@ class AllocationSink(models.Model):
                     errors["prometheus_url"] = "A KEDA sink needs the Prometheus to query."
                 elif urlsplit(self.prometheus_url).scheme not in ("http", "https"):
                     errors["prometheus_url"] = "Use an http:// or https:// URL."
+        if self.kind == self.Kind.LITELLM and not self.namespace and not self.endpoint_template:
+            errors["namespace"] = "The default endpoint template needs the Services' namespace."
+        if self.endpoint_template:
+            problem = endpoint_template_problem(self.endpoint_template)
+            if problem:
+                errors["endpoint_template"] = problem
+        problem = hosted_endpoints_problem(self.hosted_endpoints)
+        if problem:
+            errors["hosted_endpoints"] = problem
         if errors:
             raise ValidationError(errors)
 
@@ -321,6 +434,76 @@ class OutboxEntry(models.Model):
 
     def __str__(self) -> str:
         return f"plan v{self.plan.version} → {self.sink.name} / {self.region} ({self.status})"
+
+
+class ShadowDiff(models.Model):
+    """What an activated plan would have changed in a region in shadow mode
+    (``Region.actuation``), against what was last delivered there; nothing was sent.
+
+    Written in the activation's transaction instead of that region's outbox rows. ``rows``
+    lists, per zone and shape, the replicas delivered and planned (``{"zone", "shape",
+    "accelerator", "gpus_per_replica", "delivered", "planned", "delivered_cost_per_hour",
+    "planned_cost_per_hour"}``), changed rows first; the totals are the region's.
+    """
+
+    plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="shadow_diffs")
+    region = models.CharField(max_length=64)
+    delivered_plan = models.ForeignKey(
+        Plan,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The plan whose allocation a sink last acknowledged for this region (none: "
+        "nothing was ever delivered there).",
+    )
+    rows = models.JSONField(default=list)
+    delivered_replicas = models.PositiveIntegerField(default=0)
+    planned_replicas = models.PositiveIntegerField(default=0)
+    delivered_gpus = models.PositiveIntegerField(default=0)
+    planned_gpus = models.PositiveIntegerField(default=0)
+    delivered_cost_per_hour = models.FloatField(default=0.0)
+    planned_cost_per_hour = models.FloatField(default=0.0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        verbose_name = "shadow diff"
+        constraints = [
+            models.UniqueConstraint(fields=["plan", "region"], name="unique_shadow_plan_region")
+        ]
+
+    def __str__(self) -> str:
+        return f"plan v{self.plan.version} / {self.region} (shadow)"
+
+    @property
+    def changed(self) -> bool:
+        return any(row["delivered"] != row["planned"] for row in self.rows)
+
+    @property
+    def cost_change_per_hour(self) -> float:
+        return self.planned_cost_per_hour - self.delivered_cost_per_hour
+
+    @property
+    def replica_change(self) -> int:
+        return self.planned_replicas - self.delivered_replicas
+
+    @property
+    def gpu_change(self) -> int:
+        return self.planned_gpus - self.delivered_gpus
+
+    @property
+    def changed_rows(self) -> list[dict[str, Any]]:
+        """The rows whose replicas change, each with its ``change`` and ``cost_change``."""
+        return [
+            {
+                **row,
+                "change": row["planned"] - row["delivered"],
+                "cost_change": row["planned_cost_per_hour"] - row["delivered_cost_per_hour"],
+            }
+            for row in self.rows
+            if row["delivered"] != row["planned"]
+        ]
 
 
 class DeliveryAttempt(models.Model):

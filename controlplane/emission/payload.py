@@ -4,30 +4,15 @@ Pure functions over plain rows (no database), so the document's arithmetic reads
 like the seeds' worked examples. Per region and shape the document carries, besides the plan's
 replicas, what an autoscaler needs:
 
-- the **standing floor**: the fewest replicas that still meet every hard constraint of the
-  placement contract for the region's routed load *before* the burst factor (capacity at the
-  shape's target utilisation, one spare where N+1 was promised, surviving the loss of any zone
-  in use where a zone promise was made, the concurrency cap). The plan's replicas are sized for
-  the burst; the floor is what stands when the burst is not there. The seeds' sizing exercise:
-  8 requests/s of 1 replica-second each at a 70% target stand on 12 replicas; the 1.5 burst
-  makes the plan 18.
-- the **ceiling**: the plan's replicas plus as many more as the region's unallocated GPUs of
-  the shape's accelerator hold (inventory from the plan's own problem, minus every
-  allocation on that accelerator in the region), and, when every tenant the shape serves
-  there has a quota, no more than those quotas can keep busy: Σ budget refill rates
-  (replica-seconds per second) at the shape's target utilisation. Never below the plan.
-- the **in-flight target per replica**: the shape's target utilisation times the requests in
-  flight per replica at saturation, Σ rate·residence / Σ rate·cost over the routed demands
-  that give a residence time (Little's law); the seeds' 70% of 5 = 3.5. ``None`` when no
-  routed demand gives a residence time.
-- **per zone**, the floor each zone keeps standing (``planner.capacity.sizing.zone_floors``:
-  the region's floor spread as evenly as the plan allows, so that losing any zone still
-  leaves what the zone promise needs; at least 1 in a zone the plan uses, since each zone runs
-  its own autoscaled Deployment) and the zone's ceiling (its plan replicas plus what the
-  zone's free GPUs hold).
+- the **standing floor**, the **ceiling**, the **in-flight target per replica** and the
+  per-zone floors and ceilings: ``planner.placement.bounds`` (pure functions of the plan's
+  typed problem and rows, where the arithmetic and its tests live).
 - **serving**: how a cluster starts the shape (image, what vLLM loads, tensor-parallel size,
   max model length, extra arguments, the GPU product node label), from the shape's records
   at activation; and the tenants the shape serves in the region.
+- **routing weights**: per demand whose home region it is, the fraction of its served traffic
+  each self-hosted pool (region and shape) and each hosted provider takes, for the gateway in
+  front of the region (``routing_weights``; the LiteLLM sink renders them).
 
 Units: requests/s for rates, replica-seconds for request costs, seconds for residence, $/hour
 for costs.
@@ -36,41 +21,35 @@ for costs.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from planner.capacity.sizing import replicas_needed, zone_floors
-from planner.capacity.workload import request_cost
-from planner.errors import PlannerInputError
-from planner.placement.verify import SpecProblem, read_spec_problem
+from controlplane.plans.selectors import Problem
+from planner.placement.bounds import (
+    AllocationRow,
+    RoutingRow,
+    ShapeSizing,
+    fixed_sizing,
+)
+from planner.placement.bounds import shape_sizing as plan_bounds
+
+__all__ = [
+    "FORMAT",
+    "AllocationRow",
+    "HostedRouteRow",
+    "PlanSnapshot",
+    "RoutingRow",
+    "ShapeServing",
+    "ShapeSizing",
+    "region_documents",
+    "regions_of",
+    "routing_weights",
+    "shape_sizing",
+]
 
 FORMAT = "headroom-allocation/v1"
-
-
-@dataclass(frozen=True)
-class AllocationRow:
-    """Whole replicas of one shape in one zone, as the plan stores them."""
-
-    region: str
-    zone: str
-    shape: str
-    accelerator: str
-    gpus_per_replica: int
-    replicas: int
-    cost_per_hour: float
-
-
-@dataclass(frozen=True)
-class RoutingRow:
-    """Requests/s of one demand served by one shape in one region, planned units (× burst)."""
-
-    demand: str
-    tenant: str
-    region: str
-    shape: str
-    requests_per_s: float
 
 
 @dataclass(frozen=True)
@@ -104,6 +83,18 @@ class ShapeServing:
 
 
 @dataclass(frozen=True)
+class HostedRouteRow:
+    """Requests/s of one demand the plan sends to a hosted provider (planned units, × burst),
+    the tokens per minute of the provider's quota they take and their $/hour."""
+
+    demand: str
+    provider: str
+    requests_per_s: float
+    tokens_per_minute: float
+    cost_per_hour: float
+
+
+@dataclass(frozen=True)
 class PlanSnapshot:
     """What a plan decided, as stored: the sinks' documents are built from this alone.
 
@@ -116,211 +107,53 @@ class PlanSnapshot:
     inputs_hash: str
     created_at: datetime
     activated_at: datetime
-    problem: Mapping[str, Any]
+    # The plan's problem, typed; None when it could not be read (``problem_error`` says why).
+    problem: Problem | None
     allocations: tuple[AllocationRow, ...]
     routing: tuple[RoutingRow, ...]
     serving: Mapping[str, ShapeServing] = field(default_factory=dict)
     # Tenant → its quota's budget refill rate, replica-seconds per second (no entry: no quota).
     quota_replica_s_per_s: Mapping[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ShapeSizing:
-    """One shape in one region: the plan's replicas and the autoscaler's bounds and target."""
-
-    replicas: int
-    standing_floor: int
-    max_replicas: int
-    inflight_target_per_replica: float | None
-    model: str
-    zone_floors: Mapping[str, int] = field(default_factory=dict)
-    zone_max_replicas: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class _Load:
-    """Un-bursted load routed to one region and shape, replica-seconds per second."""
-
-    all: float = 0.0
-    n_plus_1: float = 0.0
-    zone: float = 0.0
-    in_flight: float = 0.0
-    costed_with_residence: float = 0.0
-    unknown: bool = False
+    problem_error: str = ""
+    # What the plan sends to hosted providers, and leaves unserved (demand → requests/s).
+    hosted: tuple[HostedRouteRow, ...] = ()
+    unserved: Mapping[str, float] = field(default_factory=dict)
+    # Why the plan's solution could not be read ('' when it was): no routing weights then.
+    solution_error: str = ""
 
 
 def regions_of(snapshot: PlanSnapshot) -> list[str]:
     """Every region the documents go to: the problem's regions (a region the plan leaves
     empty gets an empty document, so its consumers scale down) and any region a row names."""
-    names: list[str] = []
-    for row in snapshot.problem.get("regions", []) if isinstance(snapshot.problem, Mapping) else []:
-        if isinstance(row, Mapping) and isinstance(row.get("name"), str) and row["name"]:
-            names.append(row["name"])
+    names = [r.name for r in snapshot.problem.regions] if snapshot.problem else []
     names.extend(a.region for a in snapshot.allocations)
     names.extend(r.region for r in snapshot.routing)
     return sorted(set(names))
 
 
-def _loads(spec: SpecProblem, routing: Iterable[RoutingRow]) -> dict[tuple[str, str], _Load]:
-    loads: dict[tuple[str, str], _Load] = defaultdict(_Load)
-    for row in routing:
-        load = loads[(row.region, row.shape)]
-        demand = spec.demands.get(row.demand)
-        shape = spec.shapes.get(row.shape)
-        if demand is None or shape is None:
-            # The plan routes to something its own problem does not describe: size nothing
-            # below the plan for this shape.
-            load.unknown = True
-            continue
-        rate = row.requests_per_s / demand.burst
-        cost = request_cost(
-            demand.prompt_tokens,
-            demand.output_tokens,
-            shape.prefill_tokens_per_s,
-            shape.decode_tokens_per_s,
-            demand.prefix_cache_hit_rate,
-        )
-        work = rate * cost
-        load.all += work
-        if demand.promise_level >= 1:
-            load.n_plus_1 += work
-        if demand.promise_level >= 2:
-            load.zone += work
-        if demand.residence_s is not None:
-            load.in_flight += rate * demand.residence_s
-            load.costed_with_residence += work
-    return loads
-
-
-def _floor(
-    load: _Load, utilization: float, zones_in_use: int, max_concurrency: float | None
-) -> int:
-    """The fewest replicas meeting the contract's hard constraints for the un-bursted load."""
-    floors = [1, replicas_needed(load.all, 1.0, utilization)]
-    if load.n_plus_1 > 0:
-        floors.append(replicas_needed(load.n_plus_1, 1.0, utilization) + 1)
-    if load.zone > 0 and zones_in_use >= 2:
-        floors.append(replicas_needed(load.zone, 1.0, utilization, zones=zones_in_use))
-    if max_concurrency and load.in_flight > 0:
-        floors.append(replicas_needed(load.in_flight, float(max_concurrency), 1.0))
-    return max(floors)
-
-
-def _quota_cap(tenants: set[str], quotas: Mapping[str, float], utilization: float) -> int | None:
-    """Replicas the tenants' quotas can keep busy at ``utilization``; None when a tenant has
-    no quota (nothing bounds its traffic but inventory)."""
-    if not tenants or any(t not in quotas for t in tenants):
-        return None
-    return replicas_needed(sum(quotas[t] for t in tenants), 1.0, utilization)
-
-
 def shape_sizing(snapshot: PlanSnapshot) -> tuple[dict[tuple[str, str], ShapeSizing], str]:
-    """Sizing per (region, shape) with replicas, and a note ('' when all went well).
+    """Sizing per (region, shape) with replicas (``planner.placement.bounds``), and a note
+    ('' when all went well).
 
     A plan whose stored problem cannot be read (it always can, for plans the planner made)
     still emits: every floor and ceiling is then the plan's own replica count and the note
     says why.
     """
-    replicas: dict[tuple[str, str], int] = defaultdict(int)
-    zones: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
-    used_gpus: dict[tuple[str, str], int] = defaultdict(int)
-    used_zone_gpus: dict[tuple[str, str], int] = defaultdict(int)
-    accelerator_of: dict[str, str] = {}
-    gpus_of: dict[str, int] = {}
-    for row in snapshot.allocations:
-        if row.replicas <= 0:
-            continue
-        key = (row.region, row.shape)
-        replicas[key] += row.replicas
-        zones[key][row.zone] = zones[key].get(row.zone, 0) + row.replicas
-        used_gpus[(row.region, row.accelerator)] += row.replicas * row.gpus_per_replica
-        used_zone_gpus[(row.zone, row.accelerator)] += row.replicas * row.gpus_per_replica
-        accelerator_of[row.shape] = row.accelerator
-        gpus_of[row.shape] = row.gpus_per_replica
-
-    def fixed(key: tuple[str, str], n: int) -> ShapeSizing:
-        # Bounds at the plan itself: every zone keeps what the plan gave it.
-        return ShapeSizing(
-            n,
-            n,
-            n,
-            None,
-            model="",
-            zone_floors=dict(zones[key]),
-            zone_max_replicas=dict(zones[key]),
-        )
-
-    try:
-        spec = read_spec_problem(snapshot.problem)
-    except PlannerInputError as exc:
+    if snapshot.problem is None:
+        reason = snapshot.problem_error or "it is missing"
         return (
-            {key: fixed(key, n) for key, n in sorted(replicas.items())},
-            f"the plan's problem could not be read ({exc}); bounds fixed at the plan",
+            fixed_sizing(snapshot.allocations),
+            f"the plan's problem could not be read ({reason}); bounds fixed at the plan",
         )
-    loads = _loads(spec, snapshot.routing)
-    served: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for route in snapshot.routing:
-        if route.requests_per_s > 0:
-            served[(route.region, route.shape)].add(route.tenant)
-    sizing: dict[tuple[str, str], ShapeSizing] = {}
-    for (region, shape_name), n in sorted(replicas.items()):
-        shape = spec.shapes.get(shape_name)
-        load = loads.get((region, shape_name), _Load())
-        if shape is None or load.unknown:
-            sizing[(region, shape_name)] = fixed((region, shape_name), n)
-            continue
-        in_zones = zones[(region, shape_name)]
-        floor = _floor(load, shape.target_utilization, len(in_zones), shape.max_concurrency)
-        accelerator = accelerator_of[shape_name]
-        region_row = spec.regions.get(region)
-        inventory = sum(
-            spec.inventory_gpus(zone, accelerator)
-            for zone in (region_row.zones if region_row else ())
-        )
-        free = max(0, inventory - used_gpus[(region, accelerator)])
-        target = (
-            shape.target_utilization * load.in_flight / load.costed_with_residence
-            if load.costed_with_residence > 0
-            else None
-        )
-        survivors = (
-            replicas_needed(load.zone, 1.0, shape.target_utilization)
-            if load.zone > 0 and len(in_zones) >= 2
-            else 0
-        )
-        per_zone = zone_floors(total=min(floor, n), survivors=survivors, zone_replicas=in_zones)
-        gpus = gpus_of[shape_name]
-        quota_cap = _quota_cap(
-            served[(region, shape_name)], snapshot.quota_replica_s_per_s, shape.target_utilization
-        )
-
-        def capped(plan: int, inventory_max: int, cap: int | None = quota_cap) -> int:
-            return max(plan, inventory_max if cap is None else min(inventory_max, cap))
-
-        sizing[(region, shape_name)] = ShapeSizing(
-            replicas=n,
-            standing_floor=min(floor, n),
-            max_replicas=capped(n, n + free // gpus),
-            inflight_target_per_replica=target,
-            model=shape.model,
-            zone_floors={zone: max(1, f) for zone, f in per_zone.items()},
-            # A zone takes more than its share while another is down: each zone's ceiling is
-            # bounded by the whole quota, not by a split of it.
-            zone_max_replicas={
-                zone: capped(
-                    count,
-                    count
-                    + max(
-                        0,
-                        spec.inventory_gpus(zone, accelerator)
-                        - used_zone_gpus[(zone, accelerator)],
-                    )
-                    // gpus,
-                )
-                for zone, count in in_zones.items()
-            },
-        )
-    return sizing, ""
+    return (
+        plan_bounds(
+            snapshot.problem,
+            snapshot.allocations,
+            snapshot.routing,
+            snapshot.quota_replica_s_per_s,
+        ),
+        "",
+    )
 
 
 def _iso(moment: datetime) -> str:
@@ -338,6 +171,7 @@ def region_documents(snapshot: PlanSnapshot) -> dict[str, dict[str, Any]]:
     for route in snapshot.routing:
         routed[route.region].append(route)
 
+    weights = routing_weights(snapshot)
     documents: dict[str, dict[str, Any]] = {}
     for region in regions_of(snapshot):
         rows = sorted(by_region.get(region, []), key=lambda a: (a.zone, a.shape))
@@ -365,6 +199,7 @@ def region_documents(snapshot: PlanSnapshot) -> dict[str, dict[str, Any]]:
             ],
             "shapes": _shape_entries(region, rows, sizing, snapshot, routed.get(region, [])),
             "routing": _tenant_routing(routed.get(region, [])),
+            "routing_weights": weights.get(region, []),
             "total_replicas": sum(a.replicas for a in rows),
             "total_gpus": sum(a.replicas * a.gpus_per_replica for a in rows),
             "total_cost_per_hour": sum(a.cost_per_hour for a in rows),
@@ -373,12 +208,11 @@ def region_documents(snapshot: PlanSnapshot) -> dict[str, dict[str, Any]]:
     return documents
 
 
-def _model_of(problem: Mapping[str, Any], shape: str) -> str:
+def _model_of(problem: Problem | None, shape: str) -> str:
     """The shape's model as the plan's problem names it ('' if it does not)."""
-    rows = problem.get("shapes") if isinstance(problem, Mapping) else None
-    for row in rows if isinstance(rows, list) else []:
-        if isinstance(row, Mapping) and row.get("name") == shape:
-            return str(row.get("model") or "")
+    for row in problem.shapes if problem else ():
+        if row.name == shape:
+            return row.model
     return ""
 
 
@@ -463,3 +297,77 @@ def _tenant_routing(rows: Sequence[RoutingRow]) -> list[dict[str, Any]]:
         }
         for tenant, tenant_rows in sorted(per_tenant.items())
     ]
+
+
+def _share(part: float, whole: float) -> float:
+    return part / whole if whole > 0 else 0.0
+
+
+def routing_weights(snapshot: PlanSnapshot) -> dict[str, list[dict[str, Any]]]:
+    """Per region, the routing weights of the demands whose home region it is.
+
+    A demand's traffic enters at its home region's gateway, which splits it: to each
+    self-hosted pool (a region and shape the plan routes it to, possibly another region) and
+    to each hosted provider, in proportion to the requests/s the plan gives each. ``weight``
+    is that share of the demand's *served* traffic, so a demand's weights sum to 1; what the
+    plan leaves unserved is stated beside them, not weighted. Needs the plan's problem (home
+    regions, models, tokens per request) and solution (hosted rows): without either, no
+    weights at all rather than weights that miss a destination.
+    """
+    problem = snapshot.problem
+    if problem is None or snapshot.solution_error:
+        return {}
+    providers = {p.name: p for p in problem.hosted}
+    pools: dict[str, list[RoutingRow]] = defaultdict(list)
+    for route in snapshot.routing:
+        if route.requests_per_s > 0:
+            pools[route.demand].append(route)
+    hosted: dict[str, list[HostedRouteRow]] = defaultdict(list)
+    for row in snapshot.hosted:
+        if row.requests_per_s > 0:
+            hosted[row.demand].append(row)
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for demand in sorted(problem.demands, key=lambda d: d.id):
+        own_pools = sorted(pools.get(demand.id, ()), key=lambda r: (r.region, r.shape))
+        own_hosted = sorted(hosted.get(demand.id, ()), key=lambda h: h.provider)
+        unserved = snapshot.unserved.get(demand.id, 0.0)
+        served = sum(r.requests_per_s for r in own_pools) + sum(
+            h.requests_per_s for h in own_hosted
+        )
+        if served <= 0 and unserved <= 0:
+            continue
+        targets: list[dict[str, Any]] = [
+            {
+                "kind": "pool",
+                "region": r.region,
+                "shape": r.shape,
+                "requests_per_s": r.requests_per_s,
+                "weight": _share(r.requests_per_s, served),
+            }
+            for r in own_pools
+        ]
+        for h in own_hosted:
+            known = providers.get(h.provider)
+            targets.append(
+                {
+                    "kind": "hosted",
+                    "provider": h.provider,
+                    "region": known.region if known is not None else "",
+                    "requests_per_s": h.requests_per_s,
+                    "tokens_per_minute": h.tokens_per_minute,
+                    "cost_per_hour": h.cost_per_hour,
+                    "weight": _share(h.requests_per_s, served),
+                }
+            )
+        out[demand.home_region].append(
+            {
+                "demand": demand.id,
+                "tenant": demand.tenant,
+                "model": demand.model,
+                "tokens_per_request": demand.tokens_per_request,
+                "served_requests_per_s": served,
+                "unserved_requests_per_s": unserved,
+                "targets": targets,
+            }
+        )
+    return dict(out)

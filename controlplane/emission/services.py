@@ -30,17 +30,20 @@ from controlplane.core.schedule import ScheduledTask
 from controlplane.core.tasks import task_send
 from controlplane.emission import sinks
 from controlplane.emission.conf import emission_settings
-from controlplane.emission.models import AllocationSink, DeliveryAttempt, OutboxEntry
+from controlplane.emission.models import AllocationSink, DeliveryAttempt, OutboxEntry, ShadowDiff
 from controlplane.emission.payload import (
     AllocationRow,
+    HostedRouteRow,
     PlanSnapshot,
     RoutingRow,
     ShapeServing,
     region_documents,
 )
-from controlplane.fleet.models import ReplicaShape
+from controlplane.fleet.models import Region, ReplicaShape
 from controlplane.plans.models import Plan
+from controlplane.plans.selectors import plan_problem_or_error, plan_solution
 from controlplane.policies.models import TenantQuota
+from planner.errors import PlannerInputError
 
 logger = logging.getLogger(__name__)
 
@@ -104,13 +107,35 @@ def plan_snapshot(*, plan: Plan) -> PlanSnapshot:
     how a cluster starts each of its shapes as the shapes' records say at this moment (the
     activation: the outbox keeps the documents built then)."""
     allocations = list(plan.allocations.all())
+    problem, problem_error = plan_problem_or_error(plan)
+    hosted: tuple[HostedRouteRow, ...] = ()
+    unserved: dict[str, float] = {}
+    solution_error = ""
+    try:
+        solution = plan_solution(plan)
+    except PlannerInputError as error:
+        solution_error = str(error)
+    else:
+        hosted = tuple(
+            HostedRouteRow(
+                demand=h.demand,
+                provider=h.provider,
+                requests_per_s=h.requests_per_s,
+                tokens_per_minute=h.tokens_per_minute,
+                cost_per_hour=h.cost_per_hour,
+            )
+            for h in solution.hosted or ()
+        )
+        for row in solution.unserved:
+            unserved[row.demand] = unserved.get(row.demand, 0.0) + row.requests_per_s
     return PlanSnapshot(
         plan_id=int(plan.pk),
         version=plan.version,
         inputs_hash=plan.inputs_hash,
         created_at=plan.created_at,
         activated_at=plan.activated_at or timezone.now(),
-        problem=plan.problem if isinstance(plan.problem, dict) else {},
+        problem=problem,
+        problem_error=problem_error,
         allocations=tuple(
             AllocationRow(
                 region=a.region,
@@ -138,21 +163,99 @@ def plan_snapshot(*, plan: Plan) -> PlanSnapshot:
             quota.tenant.name: quota.budget_rate_replica_s_per_s
             for quota in TenantQuota.objects.select_related("tenant")
         },
+        hosted=hosted,
+        unserved=unserved,
+        solution_error=solution_error,
+    )
+
+
+def shadow_regions() -> set[str]:
+    """The regions in shadow mode: their plans are diffed, never sent."""
+    return set(
+        Region.objects.filter(actuation=Region.Actuation.SHADOW).values_list("name", flat=True)
+    )
+
+
+def _allocation_rows(plan: Plan | None, region: str) -> dict[tuple[str, str], Any]:
+    if plan is None:
+        return {}
+    return {(a.zone, a.shape): a for a in plan.allocations.filter(region=region)}
+
+
+def shadow_diff_record(*, plan: Plan, region: str) -> ShadowDiff | None:
+    """Record what ``plan`` would change in ``region`` against the allocation a sink last
+    acknowledged there (nothing, when none was ever delivered); None when both are empty.
+    Recording it again for the same plan and region keeps the first record."""
+    found = ShadowDiff.objects.filter(plan=plan, region=region).first()
+    if found is not None:
+        return found
+    last = (
+        OutboxEntry.objects.filter(region=region, status=OutboxEntry.Status.DELIVERED)
+        .exclude(plan=plan)
+        .select_related("plan")
+        .order_by("-delivered_at", "-pk")
+        .first()
+    )
+    delivered_plan = last.plan if last is not None else None
+    before = _allocation_rows(delivered_plan, region)
+    after = _allocation_rows(plan, region)
+    if not before and not after:
+        return None
+    rows = []
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key), after.get(key)
+        either = new if new is not None else old
+        assert either is not None  # the key is in one of them
+        rows.append(
+            {
+                "zone": key[0],
+                "shape": key[1],
+                "accelerator": either.accelerator,
+                "gpus_per_replica": either.gpus_per_replica,
+                "delivered": old.replicas if old is not None else 0,
+                "planned": new.replicas if new is not None else 0,
+                "delivered_cost_per_hour": old.cost_per_hour if old is not None else 0.0,
+                "planned_cost_per_hour": new.cost_per_hour if new is not None else 0.0,
+            }
+        )
+    rows.sort(key=lambda r: (r["delivered"] == r["planned"], r["zone"], r["shape"]))
+    return ShadowDiff.objects.create(
+        plan=plan,
+        region=region,
+        delivered_plan=delivered_plan,
+        rows=rows,
+        delivered_replicas=sum(a.replicas for a in before.values()),
+        planned_replicas=sum(a.replicas for a in after.values()),
+        delivered_gpus=sum(a.replicas * a.gpus_per_replica for a in before.values()),
+        planned_gpus=sum(a.replicas * a.gpus_per_replica for a in after.values()),
+        delivered_cost_per_hour=sum(a.cost_per_hour for a in before.values()),
+        planned_cost_per_hour=sum(a.cost_per_hour for a in after.values()),
     )
 
 
 def outbox_enqueue_for_plan(*, plan: Plan) -> list[OutboxEntry]:
-    """Queue the plan's document for every region and every enabled sink.
+    """Queue the plan's document for every region and every enabled sink; for a region in
+    shadow mode, record what the plan would change there instead (``shadow_diff_record``)
+    and send nothing.
 
     Call it inside the transaction that activates the plan. Calling it again for the same plan
     adds nothing (the idempotency key is unique), but puts that plan's superseded or failed
     rows back in the queue. Rows of older plans still waiting for the same sink and region are
     superseded: only the newest plan's state is worth delivering. Returns the plan's rows.
     """
+    shadow = shadow_regions()
+    if shadow:
+        with transaction.atomic():
+            for region in sorted(shadow):
+                shadow_diff_record(plan=plan, region=region)
     sinks_enabled = list(AllocationSink.objects.filter(enabled=True).order_by("pk"))
     if not sinks_enabled:
         return []
-    documents = region_documents(plan_snapshot(plan=plan))
+    documents = {
+        region: document
+        for region, document in region_documents(plan_snapshot(plan=plan)).items()
+        if region not in shadow
+    }
     now = timezone.now()
     with transaction.atomic():
         for sink in sinks_enabled:
@@ -271,9 +374,13 @@ def outbox_dispatch(
     conf = emission_settings()
     report = DispatchReport(dispatcher=_dispatcher_name())
     clock: Callable[[], datetime] = (lambda: now) if now is not None else timezone.now
+    # A region put in shadow mode after its rows were queued: they wait, unsent (a newer
+    # plan supersedes them; they go out if the region is actuated again first).
+    shadow = _statement(shadow_regions)
     candidates = _statement(
         lambda: list(
             OutboxEntry.objects.claimable(clock())
+            .exclude(region__in=sorted(shadow))
             .order_by("next_attempt_at", "pk")
             .values_list("pk", "sink__timeout_s")[: limit or conf.batch]
         )

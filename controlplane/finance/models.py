@@ -31,6 +31,11 @@ class FinanceSnapshot(models.Model):
     pools = models.JSONField(help_text="Zone × shape rows of the plan, in the arrays' order.")
     loads = models.JSONField(help_text="Demand × region × shape rows, in the arrays' order.")
     gpu_pools = models.JSONField(help_text="Region × GPU type rows with their prices.")
+    hosted = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Demand × hosted provider rows (hosted overflow), in the arrays' order.",
+    )
     arrays = models.BinaryField(help_text="NumPy .npz archive of the daily and hourly series.")
     quantiles = models.JSONField(default=dict, help_text="Sizing quantile per tier; band edges.")
     notes = models.JSONField(default=list, blank=True)

@@ -28,7 +28,11 @@ are whole days (``hour`` is refused); ``idleByNode`` and
 ``includeProportionalAssetResourceCosts`` have no nodes or assets to work on and accept
 ``false`` only; ``aggregate`` takes Headroom's groups (``region``, ``zone``, ``accelerator``,
 ``shape``, ``model``, ``tenant``, ``tier``). CPU, RAM, storage, network and load-balancer
-fields are 0: Headroom prices GPUs. ``docs/finance.md`` maps every field.
+fields are 0: Headroom prices GPUs. Spend on hosted APIs (hosted overflow) is out-of-cluster
+cost, which OpenCost carries as an allocation's ``externalCost`` and counts in its
+``totalCost`` (``Allocation.TotalCost`` in ``allocation.go``); it buys no GPU-hours. A hosted
+provider has no zone, GPU type or shape: aggregated by those it is ``(hosted) <provider>``.
+``docs/finance.md`` maps every field.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from controlplane.finance.services import (
     FinanceInputError,
     PeriodSpan,
 )
-from planner.forecast.finance import period_end, period_label, period_starts
+from planner.forecast.finance import check_period, period_end, period_label, period_starts
 
 IDLE_NAME = "__idle__"
 DAY_S = 86400
@@ -336,11 +340,6 @@ def _window(raw: str, now: datetime, last: int) -> tuple[int, int]:
     return start, end
 
 
-def _quarter(ts: int) -> str:
-    moment = datetime.fromtimestamp(ts, tz=UTC)
-    return f"{moment.year:04d}-Q{(moment.month - 1) // 3 + 1}"
-
-
 def _accumulated(spans: list[PeriodSpan], by: str) -> list[PeriodSpan]:
     """``spans`` summed into one (``all``) or by calendar day, ISO week, month or quarter."""
     if not by or not spans:
@@ -349,15 +348,10 @@ def _accumulated(spans: list[PeriodSpan], by: str) -> list[PeriodSpan]:
         return [PeriodSpan(_iso(spans[0].start), spans[0].start, spans[-1].end)]
     if any(span.end - span.start != DAY_S for span in spans):
         raise FinanceInputError("accumulateBy", f"{by} needs daily sets (step=1d)")
-    label_of = {
-        "day": lambda ts: period_label(ts, "day"),
-        "week": lambda ts: period_label(ts, "week"),
-        "month": lambda ts: period_label(ts, "month"),
-        "quarter": _quarter,
-    }[by]
+    kind = check_period("accumulateBy", by)
     out: list[PeriodSpan] = []
     for span in spans:
-        label = label_of(span.start)
+        label = period_label(span.start, kind)
         if out and out[-1].label == label:
             out[-1] = PeriodSpan(label, out[-1].start, span.end)
         else:
@@ -405,7 +399,7 @@ def opencost_allocation(
 
     sums: dict[tuple[int, tuple[str, ...]], dict[str, float]] = {}
     labels: dict[tuple[str, ...], dict[str, str]] = {}
-    names = ("cost", "idle", "gpu_hours", "used_gpu_hours")
+    names = ("cost", "idle", "gpu_hours", "used_gpu_hours", "external")
 
     def add(k: int, key: tuple[str, ...], **values: float) -> None:
         row = sums.setdefault((int(set_of[k]), key), dict.fromkeys(names, 0.0))
@@ -438,6 +432,27 @@ def opencost_allocation(
                 gpu_hours=paid / total * float(held[i, k]),
                 used_gpu_hours=float(cells.used[n, k]) * float(cells.gpus[i]),
             )
+    # Hosted spend is out-of-cluster cost attributed to the tenant's traffic: OpenCost's
+    # ``externalCost`` (counted in its ``totalCost``), on no GPU.
+    for h, hosted in enumerate(snapshot.hosted):
+        if tenant is not None and hosted["tenant"] != tenant:
+            continue
+        label = services.hosted_label(str(hosted["provider"]))
+        attrs = {
+            "region": str(hosted["region"]),
+            "zone": label,
+            "accelerator": label,
+            "shape": label,
+            "model": str(hosted["model"]),
+            "tenant": str(hosted["tenant"]),
+            "tier": str(hosted["tier"]),
+        }
+        key = tuple(attrs[g] for g in groups)
+        for k in range(periods):
+            spend = float(cells.hosted[h, k])
+            if spend > 0:
+                labels[key] = {g: attrs[g] for g in groups}
+                add(k, key, external=spend)
     if query.include_idle and tenant is None:
         left = unallocated if query.share_idle else idle
         for i in range(len(pools)):
@@ -476,7 +491,8 @@ def _allocation(
         "gpuCost": values["cost"],
         "gpuCostIdle": values["idle"],
         "gpuEfficiency": efficiency,
-        "totalCost": values["cost"],
+        "externalCost": values["external"],
+        "totalCost": values["cost"] + values["external"],
         "totalEfficiency": efficiency,
     }
     out: dict[str, Any] = {}

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import QuerySet
+from django.db.models import Min, Q, QuerySet
 
+from controlplane.emission.models import OutboxEntry, ShadowDiff
 from controlplane.finance.models import FinanceReport, FinanceSnapshot, PromisePricing
 from controlplane.fleet.models import AcceleratorType
 from controlplane.plans.models import Plan
@@ -51,6 +52,32 @@ def plan_activation_timeline(*, before: datetime) -> list[ActiveSpan]:
     return spans
 
 
+@dataclass(frozen=True)
+class RegionDelivery:
+    """What the sinks acknowledged of one plan's allocation for one region: ``delivered_at``
+    the first acknowledgement by any sink, None when it was sent and never delivered
+    (pending, failed, or superseded by a newer plan)."""
+
+    delivered_at: datetime | None
+
+
+def region_deliveries(*, plan_ids: list[int]) -> dict[tuple[int, str], RegionDelivery]:
+    """By (plan id, region): the delivery state of every region allocation the outbox holds
+    for those plans, and of every one a region in shadow mode kept unsent (never delivered).
+    A (plan, region) absent from the answer was never sent to a sink."""
+    rows = (
+        OutboxEntry.objects.filter(plan_id__in=plan_ids)
+        .values("plan_id", "region")
+        .annotate(first=Min("delivered_at", filter=Q(status=OutboxEntry.Status.DELIVERED)))
+    )
+    found = {(row["plan_id"], row["region"]): RegionDelivery(row["first"]) for row in rows}
+    for plan_id, region in ShadowDiff.objects.filter(plan_id__in=plan_ids).values_list(
+        "plan_id", "region"
+    ):
+        found.setdefault((plan_id, region), RegionDelivery(None))
+    return found
+
+
 # The snapshot's bulk: megabytes on a large fleet. A request whose report is stored needs the
 # snapshot's id only, so these are read when a report is first built (one query each, on first
 # access), not on every request.
@@ -89,3 +116,9 @@ def reserved_prices() -> dict[str, float]:
     """Reserved price per GPU-hour of each accelerator type, by name (before the region's
     multiplier)."""
     return dict(AcceleratorType.objects.values_list("name", "reserved_price_per_gpu_hour"))
+
+
+def spot_prices() -> dict[str, float | None]:
+    """Spot price per GPU-hour of each accelerator type, by name (before the region's
+    multiplier); None where no spot price is stored."""
+    return dict(AcceleratorType.objects.values_list("name", "spot_price_per_gpu_hour"))

@@ -46,32 +46,47 @@ from controlplane.finance.models import FinanceReport, FinanceSnapshot, PromiseP
 from controlplane.finance.snapshot import horizon_for, snapshot_arrays, snapshot_compute
 from controlplane.plans.conf import replan_settings
 from controlplane.plans.models import Plan
+from controlplane.plans.selectors import (
+    Problem,
+    ProblemInvalid,
+    Solution,
+    SolutionInvalid,
+    plan_problem,
+    plan_solution,
+    read_problem,
+    read_solution,
+)
 from controlplane.plans.signals import plan_activated
 from planner import placement
 from planner.forecast.finance import (
     HOURS_PER_MONTH,
     PERIODS,
     RUNG_PROMISE,
-    GpuPrice,
     Period,
-    PoolDemand,
     check_period,
-    optimal_commitment,
+    mix_hours,
+    optimal_mix,
     period_end,
     period_label,
     period_starts,
-    project_costs,
     promise_ladder,
     promise_weights,
     showback_split,
 )
-from planner.placement.problem import PROMISE_LEVEL, ProblemInvalid, parse_problem
 
 GROUPS = ("region", "zone", "accelerator", "shape", "model", "tenant", "tier")
 IDLE = "(idle headroom)"
+
+
+def hosted_label(provider: str) -> str:
+    """What a hosted provider's spend is grouped under where a report groups by zone, GPU type
+    or shape (it has none of them): ``(hosted) <provider>``."""
+    return f"(hosted) {provider}"
+
+
 MONEY_DIGITS = 2
 HOURS_DIGITS = 2
-DEFAULT_HORIZON: dict[str, int] = {"day": 31, "week": 13, "month": 12}
+DEFAULT_HORIZON: dict[str, int] = {"day": 31, "week": 13, "month": 12, "quarter": 4}
 HOUR_S = 3600
 
 
@@ -176,6 +191,7 @@ class ForecastRow:
     cost: float
     cost_low: float
     cost_high: float
+    hosted_cost: float
     sized_by: str
 
     def as_dict(self) -> dict[str, Any]:
@@ -194,6 +210,7 @@ class ForecastRow:
             "cost": money(self.cost),
             "cost_low": money(self.cost_low),
             "cost_high": money(self.cost_high),
+            "hosted_cost": money(self.hosted_cost),
             "sized_by": self.sized_by,
         }
 
@@ -209,6 +226,7 @@ FORECAST_SUMS = (
     "cost",
     "cost_low",
     "cost_high",
+    "hosted_cost",
 )
 FORECAST_COLUMNS = (
     "period",
@@ -288,8 +306,10 @@ def finance_snapshot(*, now: datetime | None = None) -> FinanceSnapshot:
     plan = selectors.plan_active_with_rows()
     if plan is None:
         raise NoActivePlan("No plan is active yet: run a re-plan.")
-    start, length = horizon_for(moment)
-    return snapshot_compute(plan=plan, start=start, hours=length)
+    horizon = horizon_for(moment)
+    return snapshot_compute(
+        plan=plan, start=horizon.start, hours=horizon.hours, past_end=horizon.past_end
+    )
 
 
 def _current(moment: datetime, kind: Period) -> str:
@@ -429,6 +449,13 @@ class _Cells:
     used: npt.NDArray[np.float64]
     requests: npt.NDArray[np.float64]
     tokens: npt.NDArray[np.float64]
+    # Hosted rows (the snapshot's ``hosted``: demand × provider) × period: the spend at the
+    # sizing quantile and the band's edges, and the expected requests and tokens sent.
+    hosted: npt.NDArray[np.float64]
+    hosted_low: npt.NDArray[np.float64]
+    hosted_high: npt.NDArray[np.float64]
+    hosted_requests: npt.NDArray[np.float64]
+    hosted_tokens: npt.NDArray[np.float64]
 
 
 def plan_days_end(snapshot: FinanceSnapshot, moment: datetime) -> int:
@@ -496,6 +523,20 @@ def _cells(
         total = region_rep[(load["region"], load["shape"])]
         zone_share[n] = np.divide(rep[i], total, out=np.zeros(len(spans)), where=total > 0)
     per_load = {n: daily[n] @ matrix for n in ("used", "requests", "tokens")}
+    hosted: dict[str, npt.NDArray[np.float64]] = {}
+    for name, plan_name in (
+        ("hosted_q", "hosted_plan"),
+        ("hosted_low", "hosted_plan"),
+        ("hosted_high", "hosted_plan"),
+        ("hosted_requests", "hosted_requests_plan"),
+        ("hosted_tokens", "hosted_tokens_plan"),
+    ):
+        if name not in arrays:  # nothing hosted (or a snapshot stored before hosted rows)
+            hosted[name] = np.zeros((0, len(spans)))
+            continue
+        values = np.array(arrays[name], dtype=np.float64)
+        values[:, :plan_days] = arrays[plan_name][:, :plan_days]
+        hosted[name] = values @ matrix
     return _Cells(
         spans=spans,
         sized_by=[_sized_by(span, plan_end) for span in spans],
@@ -511,6 +552,11 @@ def _cells(
             per_load["requests"][loads] * zone_share if loads.size else np.zeros((0, len(spans)))
         ),
         tokens=per_load["tokens"][loads] * zone_share if loads.size else np.zeros((0, len(spans))),
+        hosted=hosted["hosted_q"],
+        hosted_low=hosted["hosted_low"],
+        hosted_high=hosted["hosted_high"],
+        hosted_requests=hosted["hosted_requests"],
+        hosted_tokens=hosted["hosted_tokens"],
     )
 
 
@@ -569,6 +615,7 @@ def _forecast_atoms(snapshot: FinanceSnapshot, cells: _Cells, by_tenant: bool) -
         "cost": cost,
         "cost_low": cells.rep_low * cells.price[:, None],
         "cost_high": cells.rep_high * cells.price[:, None],
+        "hosted_cost": np.zeros_like(cost),
     }
 
     def add(pool: int, k: int, share: float, tenant: str, tier: str, q: float) -> None:
@@ -586,6 +633,38 @@ def _forecast_atoms(snapshot: FinanceSnapshot, cells: _Cells, by_tenant: bool) -
                 share * float(values[f"replica_hours{name}"][pool, k]) * float(cells.gpus[pool])
             )
 
+    def add_hosted(row: int, k: int) -> None:
+        key = snapshot.hosted[row]
+        label = hosted_label(str(key["provider"]))
+        attrs = {
+            "region": str(key["region"]),
+            "zone": label,
+            "accelerator": label,
+            "shape": label,
+            "model": str(key["model"]),
+            "tenant": str(key["tenant"]) if by_tenant else "",
+            "tier": str(key["tier"]) if by_tenant else "",
+        }
+        for name, text in attrs.items():
+            atoms.attributes[name].append(text)
+        atoms.period.append(k)
+        atoms.quantile.append(float(key["quantile"]))
+        spend = {
+            "cost": float(cells.hosted[row, k]),
+            "cost_low": float(cells.hosted_low[row, k]),
+            "cost_high": float(cells.hosted_high[row, k]),
+            "hosted_cost": float(cells.hosted[row, k]),
+        }
+        for name in values:
+            atoms.values[name].append(spend.get(name, 0.0))
+        for name in ("", "_low", "_high"):
+            atoms.values[f"gpu_hours{name}"].append(0.0)
+
+    # Hosted spend is its own atoms: on no pool, paid by the tenant whose traffic it carries.
+    for row in range(len(snapshot.hosted)):
+        for k in range(periods):
+            if cells.hosted[row, k] or cells.hosted_low[row, k] or cells.hosted_high[row, k]:
+                add_hosted(row, k)
     pool_q = _pool_quantiles(snapshot)
     if not by_tenant:
         for i in range(len(pools)):
@@ -706,6 +785,7 @@ SHOWBACK_COLUMNS = (
     "used_replica_hours",
     "usage_cost",
     "idle_share",
+    "hosted_cost",
     "cost",
     "cost_per_million_tokens",
     "idle_cost",
@@ -723,11 +803,13 @@ def finance_showback(
     """Cost per tenant per period and per million tokens, with the idle headroom as a line.
 
     Tenant lines: ``usage_cost`` (the replica-hours its load uses, at the pool's price),
-    ``idle_share`` (its part of the idle headroom, in proportion to its use) and ``cost`` (the
-    two). The ``idle-headroom`` line per period: ``idle_cost`` (all replica-hours no load used:
-    floors, burst, rounding), of which ``idle_unallocated`` is in pools no load uses. Σ tenants'
-    ``usage_cost`` + ``idle_cost`` = Σ tenants' ``cost`` + ``idle_unallocated`` = the forecast's
-    total for the period. ``tenant``: that tenant's lines only.
+    ``idle_share`` (its part of the idle headroom, in proportion to its use), ``hosted_cost``
+    (what its traffic sent to hosted APIs costs, as the forecast prices it) and ``cost`` (the
+    three). The ``idle-headroom`` line per period: ``idle_cost`` (all replica-hours no load
+    used: floors, burst, rounding), of which ``idle_unallocated`` is in pools no load uses.
+    Σ tenants' ``usage_cost`` + ``hosted_cost`` + ``idle_cost`` = Σ tenants' ``cost`` +
+    ``idle_unallocated`` = the forecast's total for the period. ``tenant``: that tenant's
+    lines only.
     """
     kind = _check_period(period)
     count = _check_horizon(horizon, kind)
@@ -757,12 +839,22 @@ def finance_showback(
                 row["used"] += float(cells.used[n, k])
                 row["direct"] += float(direct[n, k])
                 row["shared"] += float(shared[n, k])
+        # Hosted spend is the tenant's own: its traffic, at the provider's per-token prices.
+        for h, key in enumerate(snapshot.hosted):
+            for k in range(periods):
+                row = tenants.setdefault(
+                    (k, key["tenant"], key["tier"]),
+                    dict.fromkeys(("requests", "tokens", "used", "direct", "shared"), 0.0),
+                )
+                row["requests"] += float(cells.hosted_requests[h, k])
+                row["tokens"] += float(cells.hosted_tokens[h, k])
+                row["hosted"] = row.get("hosted", 0.0) + float(cells.hosted[h, k])
         rows = []
         for k, span in enumerate(cells.spans):
             for (kk, tenant, tier), v in sorted(tenants.items()):
                 if kk != k:
                     continue
-                cost = v["direct"] + v["shared"]
+                cost = v["direct"] + v["shared"] + v.get("hosted", 0.0)
                 rows.append(
                     {
                         **span.columns(),
@@ -774,6 +866,7 @@ def finance_showback(
                         "used_replica_hours": hours(v["used"]),
                         "usage_cost": money(v["direct"]),
                         "idle_share": money(v["shared"]),
+                        "hosted_cost": money(v.get("hosted", 0.0)),
                         "cost": money(cost),
                         "cost_per_million_tokens": (
                             money(cost / v["tokens"] * 1e6) if v["tokens"] > 0 else None
@@ -793,6 +886,7 @@ def finance_showback(
                     "used_replica_hours": 0.0,
                     "usage_cost": 0.0,
                     "idle_share": 0.0,
+                    "hosted_cost": 0.0,
                     "cost": 0.0,
                     "cost_per_million_tokens": None,
                     "idle_cost": money(float(idle[:, k].sum())),
@@ -828,15 +922,19 @@ COMMITMENT_COLUMNS = (
     "break_even",
     "on_demand_price",
     "reserved_price",
+    "spot_price",
     "gpu_hours",
+    "interruptible_gpu_hours",
     "reserved_gpu_hours",
     "reserved_used_gpu_hours",
     "on_demand_gpu_hours",
+    "spot_gpu_hours",
     "idle_reserved_gpu_hours",
     "idle_reserved_gpu_hours_low",
     "cost_all_on_demand",
     "cost_reserved",
     "cost_on_demand",
+    "cost_spot",
     "cost",
     "saving",
 )
@@ -845,12 +943,16 @@ COMMITMENT_COLUMNS = (
 def finance_commitments(
     *, period: str = "month", horizon: int | None = None, now: datetime | None = None
 ) -> Report:
-    """Reserved GPUs per region and GPU type for the horizon, and what they cost and save.
+    """Reserved GPUs per region and GPU type for the horizon, the on-demand and spot mix, and
+    what they cost and save.
 
-    The level is the least-cost commitment (``optimal_commitment``) for the hourly GPUs needed
-    at the band's low edge, so the reservation is used even when demand comes in low; each
-    period is then priced at the planned quantile with that reservation: GPU-hours reserved and
-    used, the on-demand remainder, cost, saving against all on demand, and the reserved
+    The level is the least-cost reservation (``optimal_mix``; without a spot price
+    ``optimal_commitment``'s rule) for the hourly GPUs needed at the band's low edge, so the
+    reservation is used even when demand comes in low. Where the GPU type has a spot price,
+    the GPUs that load promising nothing uses (``interruptible``) may run on spot beyond the
+    reservation; promised load, spares and headroom never do (spot can be reclaimed). Each
+    period is then priced at the planned quantile with that reservation: GPU-hours reserved
+    and used, on demand and on spot, cost, saving against all on demand, and the reserved
     GPU-hours left idle (expected, and at the low edge).
     """
     kind = _check_period(period)
@@ -867,55 +969,68 @@ def finance_commitments(
         lo = (spans[0].start - first) // HOUR_S
         hi = (spans[-1].end - first) // HOUR_S
         # The days the plan runs need the plan's GPUs whatever the demand.
-        now_hi = (plan_days_end(snapshot, moment) - first) // HOUR_S
-        timestamps = first + HOUR_S * np.arange(lo, hi, dtype=np.int64)
+        ran = max((plan_days_end(snapshot, moment) - first) // HOUR_S - lo, 0)
         rows = []
         for g, pool in enumerate(snapshot.gpu_pools):
+            spot = pool.get("spot_price")
             expected = arrays["gpu_q"][g, lo:hi].astype(np.int64)
             low = arrays["gpu_low"][g, lo:hi].astype(np.int64)
-            # The current period runs the active plan whatever the demand.
-            expected[: max(now_hi - lo, 0)] = pool["gpus"]
-            low[: max(now_hi - lo, 0)] = pool["gpus"]
-            key = (pool["region"], pool["accelerator"])
-            price = GpuPrice(on_demand=pool["on_demand_price"], reserved=pool["reserved_price"])
-            level = optimal_commitment(low, price.reserved, price.on_demand)
-            planned = project_costs(
-                timestamps,
-                [PoolDemand(key[0], key[1], 1, expected)],
-                {key: price},
-                commitment={key: level},
-                period=kind,
+            expected[:ran] = pool["gpus"]
+            low[:ran] = pool["gpus"]
+            if spot is not None and "spare_q" in arrays:
+                spare = arrays["spare_q"][g, lo:hi].astype(np.int64)
+                spare_low = arrays["spare_low"][g, lo:hi].astype(np.int64)
+                spare[:ran] = arrays["spare_plan"][g, lo : lo + ran]
+                spare_low[:ran] = arrays["spare_plan"][g, lo : lo + ran]
+            else:
+                # No spot price: nothing is bought on spot, every GPU is firm.
+                spare = np.zeros_like(expected)
+                spare_low = np.zeros_like(low)
+            reserved, on_demand = float(pool["reserved_price"]), float(pool["on_demand_price"])
+            level = optimal_mix(
+                low,
+                spare_low,
+                reserved_price=reserved,
+                on_demand_price=on_demand,
+                spot_price=spot,
             )
-            at_low = project_costs(
-                timestamps,
-                [PoolDemand(key[0], key[1], 1, low)],
-                {key: price},
-                commitment={key: level},
-                period=kind,
-            )
+            mix = mix_hours(expected, spare, level)
+            idle_low = mix_hours(low, spare_low, level).reserved_idle
+            spot_rate = min(float(spot), on_demand) if spot is not None else on_demand
             for span in spans:
-                spend = planned.total(month=span.label)
-                idle_low = at_low.total(month=span.label).idle_reserved_gpu_hours
+                a, b = (span.start - first) // HOUR_S - lo, (span.end - first) // HOUR_S - lo
+                needed = int(expected[a:b].sum())
+                used = int(mix.reserved_used[a:b].sum())
+                demand_hours = int(mix.on_demand[a:b].sum())
+                spot_hours = int(mix.spot[a:b].sum())
+                cost_reserved = reserved * level * (b - a)
+                cost_on_demand = on_demand * demand_hours
+                cost_spot = spot_rate * spot_hours
+                cost = cost_reserved + cost_on_demand + cost_spot
                 rows.append(
                     {
                         **span.columns(),
-                        "region": key[0],
-                        "accelerator": key[1],
+                        "region": pool["region"],
+                        "accelerator": pool["accelerator"],
                         "reserved_gpus": level,
-                        "break_even": round(price.reserved / price.on_demand, 4),
-                        "on_demand_price": round(price.on_demand, 4),
-                        "reserved_price": round(price.reserved, 4),
-                        "gpu_hours": hours(spend.gpu_hours),
-                        "reserved_gpu_hours": hours(spend.reserved_gpu_hours),
-                        "reserved_used_gpu_hours": hours(spend.reserved_used_gpu_hours),
-                        "on_demand_gpu_hours": hours(spend.on_demand_gpu_hours),
-                        "idle_reserved_gpu_hours": hours(spend.idle_reserved_gpu_hours),
-                        "idle_reserved_gpu_hours_low": hours(idle_low),
-                        "cost_all_on_demand": money(spend.cost_all_on_demand),
-                        "cost_reserved": money(spend.cost_reserved),
-                        "cost_on_demand": money(spend.cost_on_demand),
-                        "cost": money(spend.cost_with_reservation),
-                        "saving": money(spend.saving),
+                        "break_even": round(reserved / on_demand, 4),
+                        "on_demand_price": round(on_demand, 4),
+                        "reserved_price": round(reserved, 4),
+                        "spot_price": round(float(spot), 4) if spot is not None else None,
+                        "gpu_hours": hours(needed),
+                        "interruptible_gpu_hours": hours(int(spare[a:b].sum())),
+                        "reserved_gpu_hours": hours(level * (b - a)),
+                        "reserved_used_gpu_hours": hours(used),
+                        "on_demand_gpu_hours": hours(demand_hours),
+                        "spot_gpu_hours": hours(spot_hours),
+                        "idle_reserved_gpu_hours": hours(int(mix.reserved_idle[a:b].sum())),
+                        "idle_reserved_gpu_hours_low": hours(int(idle_low[a:b].sum())),
+                        "cost_all_on_demand": money(on_demand * needed),
+                        "cost_reserved": money(cost_reserved),
+                        "cost_on_demand": money(cost_on_demand),
+                        "cost_spot": money(cost_spot),
+                        "cost": money(cost),
+                        "saving": money(on_demand * needed - cost),
                     }
                 )
         rows.sort(key=lambda r: (r["period"], r["region"], r["accelerator"]))
@@ -954,16 +1069,16 @@ PROMISE_COLUMNS = (
 )
 
 
-def _rung_summary(problem: dict[str, Any], solution: dict[str, Any]) -> dict[str, Any]:
-    gpus = {s["name"]: int(s["gpus"]) for s in problem.get("shapes", [])}
-    rows = [r for r in solution.get("replicas", []) if int(r["replicas"]) > 0]
+def _rung_summary(problem: Problem, solution: Solution) -> dict[str, Any]:
+    gpus = {s.name: s.gpus for s in problem.shapes}
+    rows = [r for r in solution.replicas if r.replicas > 0]
     return {
-        "cost_per_hour": float(solution.get("cost_per_hour") or 0.0),
-        "replicas": sum(int(r["replicas"]) for r in rows),
-        "gpus": sum(int(r["replicas"]) * gpus[r["shape"]] for r in rows),
-        "unserved_requests_per_s": float(solution.get("unserved_requests_per_s") or 0.0),
-        "solver_status": str(solution.get("status", "")),
-        "gap": float(solution.get("gap") or 0.0),
+        "cost_per_hour": float(solution.cost_per_hour or 0.0),
+        "replicas": sum(r.replicas for r in rows),
+        "gpus": sum(r.replicas * gpus[r.shape] for r in rows),
+        "unserved_requests_per_s": float(solution.unserved_requests_per_s or 0.0),
+        "solver_status": solution.status,
+        "gap": float(solution.gap or 0.0),
     }
 
 
@@ -973,11 +1088,11 @@ def _ladder(plan: Plan, solve: Callable[[dict[str, Any]], dict[str, Any]]) -> li
     before: dict[str, Any] | None = None
     for rung, problem in promise_ladder(plan.problem):
         if rung == "planned":
-            summary = _rung_summary(plan.problem, plan.solution)
+            summary = _rung_summary(plan_problem(plan), plan_solution(plan))
         elif before is not None and problem == before:
             summary = dict(out[-1]["summary"])
         else:
-            summary = _rung_summary(problem, solve(problem))
+            summary = _rung_summary(read_problem(problem), read_solution(solve(problem)))
         out.append({"rung": rung, "summary": summary})
         before = problem
     return out
@@ -986,12 +1101,11 @@ def _ladder(plan: Plan, solve: Callable[[dict[str, Any]], dict[str, Any]]) -> li
 def _promise_weights(plan: Plan) -> dict[str, dict[str, Any]]:
     """Per tenant: its tier and its promised load of each promise (``promise_weights`` summed
     over its routed demands), in replicas' worth."""
-    problem = parse_problem(plan.problem)
+    problem = plan_problem(plan)
     demands = {d.id: d for d in problem.demands}
-    tier_of = {d["id"]: str(d.get("tier", "")) for d in plan.problem.get("demands", [])}
     out: dict[str, dict[str, Any]] = {}
     for d in problem.demands:
-        out.setdefault(d.tenant, {"tier": tier_of.get(d.id, ""), "zone": 0.0, "n+1": 0.0})
+        out.setdefault(d.tenant, {"tier": d.tier or "", "zone": 0.0, "n+1": 0.0})
         out[d.tenant].setdefault("burst", 0.0)
     for row in plan.routing.all():
         demand = demands.get(row.demand)
@@ -999,9 +1113,7 @@ def _promise_weights(plan: Plan) -> dict[str, dict[str, Any]]:
             continue
         shape = problem.shape(row.shape)
         load = row.requests_per_s * problem.request_cost_s(demand, shape) / shape.target_utilization
-        weights = promise_weights(
-            load, burst=demand.burst, promise_level=PROMISE_LEVEL[demand.promise]
-        )
+        weights = promise_weights(load, burst=demand.burst, promise_level=demand.promise_level)
         for promise, weight in weights.items():
             out[demand.tenant][promise] += weight
     return dict(sorted(out.items()))
@@ -1114,7 +1226,61 @@ def finance_promises(*, tenant: str | None = None) -> Report:
 
 # -- history ----------------------------------------------------------------------------------
 
-HISTORY_VALUES = ("hours_active", "replica_hours", "gpu_hours", "cost")
+HELD_VALUES = ("replica_hours", "gpu_hours", "cost", "hosted_cost")
+SOURCE_DELIVERED = "delivered"
+SOURCE_PLAN = "plan"
+
+
+@dataclass(frozen=True)
+class HeldSegment:
+    """One region's allocation of ``plan`` held over [start, end) (epoch seconds): from the
+    sinks' delivered state (``source`` "delivered") or from the plan's activation ("plan")."""
+
+    plan: Plan
+    region: str
+    start: int
+    end: int
+    source: str
+
+
+def held_segments(timeline: Sequence[selectors.ActiveSpan], *, end_ts: int) -> list[HeldSegment]:
+    """What each region held, plan by plan, up to ``end_ts``: the rule for actuals.
+
+    A plan's allocation for a region that was sent to a sink (an outbox entry) is held from
+    the first time a sink acknowledged it (``delivered_at``, never before the activation);
+    one sent and never delivered (failed, still pending, superseded) is never held. A plan's
+    allocation for a region no sink was sent (no sink configured then) is held from its
+    activation, as planned. Each region holds one allocation at a time: the one that started
+    last, until the next one starts (a plan without rows in the region holds none there).
+    So a plan whose delivery lands 6 hours after its activation leaves those 6 hours to the
+    plan before it.
+    """
+    if not timeline:
+        return []
+    plans = [span.plan for span in timeline]
+    delivered = selectors.region_deliveries(plan_ids=[p.pk for p in plans])
+    regions = sorted(
+        {row.region for p in plans for row in p.allocations.all()}
+        | {region for _plan, region in delivered}
+    )
+    out: list[HeldSegment] = []
+    for region in regions:
+        starts: list[tuple[int, int, Plan, str]] = []
+        for span in timeline:
+            plan = span.plan
+            activated = int(span.start.timestamp())
+            state = delivered.get((plan.pk, region))
+            if state is None:
+                starts.append((activated, plan.version, plan, SOURCE_PLAN))
+            elif state.delivered_at is not None:
+                at = max(activated, int(state.delivered_at.timestamp()))
+                starts.append((at, plan.version, plan, SOURCE_DELIVERED))
+        starts.sort(key=lambda item: (item[0], item[1]))
+        for n, (at, _version, plan, source) in enumerate(starts):
+            until = starts[n + 1][0] if n + 1 < len(starts) else end_ts
+            if until > at:
+                out.append(HeldSegment(plan, region, at, until, source))
+    return out
 
 
 def history_columns(group_by: Sequence[str]) -> tuple[str, ...]:
@@ -1124,10 +1290,12 @@ def history_columns(group_by: Sequence[str]) -> tuple[str, ...]:
         "period_end",
         *group_by,
         "plan_versions",
+        "source",
         "hours_active",
         "replica_hours",
         "gpu_hours",
         "cost",
+        "hosted_cost",
         "planned_replica_hours",
         "planned_gpu_hours",
         "planned_cost",
@@ -1165,26 +1333,27 @@ def finance_history(
     spans = [PeriodSpan(period_label(s, kind), s, period_end(s, kind)) for s in starts]
     atoms = _Atoms()
     versions: dict[tuple[int, tuple[str, ...]], set[int]] = defaultdict(set)
+    sources: dict[tuple[int, tuple[str, ...]], set[str]] = defaultdict(set)
     timeline = selectors.plan_activation_timeline(before=moment)
-    for span_ in timeline:
-        plan = span_.plan
-        active_from = int(span_.start.timestamp())
-        active_to = int(span_.end.timestamp()) if span_.end is not None else end_ts
+    for held in held_segments(timeline, end_ts=end_ts):
+        plan = held.plan
         shares = _plan_tenant_shares(plan)
-        model_of = {str(sh["name"]): str(sh["model"]) for sh in plan.problem.get("shapes", [])}
+        model_of = _shape_models(plan)
         for k, period_span in enumerate(spans):
-            lo, hi = max(active_from, period_span.start), min(active_to, period_span.end, end_ts)
+            lo, hi = max(held.start, period_span.start), min(held.end, period_span.end, end_ts)
             if hi <= lo:
                 continue
             overlap = (hi - lo) / HOUR_S
             for row in plan.allocations.all():
+                if row.region != held.region:
+                    continue
                 parts = shares.get((row.region, row.shape)) or [(IDLE, "", 1.0)]
                 for part_tenant, tier, share in parts:
                     values = {
-                        "hours_active": overlap,
                         "replica_hours": share * row.replicas * overlap,
                         "gpu_hours": share * row.replicas * row.gpus_per_replica * overlap,
                         "cost": share * row.cost_per_hour * overlap,
+                        "hosted_cost": 0.0,
                     }
                     attrs = {
                         "region": row.region,
@@ -1200,8 +1369,46 @@ def finance_history(
                     atoms.period.append(k)
                     for name, amount in values.items():
                         atoms.values[name].append(amount)
-                    versions[(k, tuple(attrs[g] for g in groups))].add(plan.version)
-    grouped = _group(atoms, groups, HISTORY_VALUES)
+                    cell = (k, tuple(attrs[g] for g in groups))
+                    versions[cell].add(plan.version)
+                    sources[cell].add(held.source)
+    # Hosted spend: what a plan sends to hosted APIs is the gateway's routing. A LiteLLM
+    # sink's delivery says a config file was written, not that a gateway loaded it, so the
+    # spend is held while the plan is active, at the plan's $/h.
+    for span_ in timeline:
+        active_from = int(span_.start.timestamp())
+        active_to = int(span_.end.timestamp()) if span_.end is not None else end_ts
+        for hosted in plan_hosted(span_.plan):
+            for k, period_span in enumerate(spans):
+                lo = max(active_from, period_span.start)
+                hi = min(active_to, period_span.end, end_ts)
+                if hi <= lo:
+                    continue
+                spend = hosted.cost_per_hour * (hi - lo) / HOUR_S
+                label = hosted_label(hosted.provider)
+                attrs = {
+                    "region": hosted.region,
+                    "zone": label,
+                    "accelerator": label,
+                    "shape": label,
+                    "model": hosted.model,
+                    "tenant": hosted.tenant,
+                    "tier": hosted.tier,
+                }
+                for name, text in attrs.items():
+                    atoms.attributes[name].append(text)
+                atoms.period.append(k)
+                for name, amount in (
+                    ("replica_hours", 0.0),
+                    ("gpu_hours", 0.0),
+                    ("cost", spend),
+                    ("hosted_cost", spend),
+                ):
+                    atoms.values[name].append(amount)
+                cell = (k, tuple(attrs[g] for g in groups))
+                versions[cell].add(span_.plan.version)
+                sources[cell].add(SOURCE_PLAN)
+    grouped = _group(atoms, groups, HELD_VALUES)
     hours_by_period: dict[int, float] = defaultdict(float)
     for span_ in timeline:
         active_from = int(span_.start.timestamp())
@@ -1221,10 +1428,12 @@ def finance_history(
                 **spans[k].columns(),
                 **dict(zip(groups, key, strict=True)),
                 "plan_versions": ";".join(str(v) for v in sorted(versions[(k, key)])),
+                "source": "+".join(sorted(sources[(k, key)])),
                 "hours_active": hours(hours_by_period[k]),
                 "replica_hours": hours(sums["replica_hours"]),
                 "gpu_hours": hours(sums["gpu_hours"]),
                 "cost": money(sums["cost"]),
+                "hosted_cost": money(sums["hosted_cost"]),
                 "planned_replica_hours": (
                     hours(plan_row["replica_hours"]) if plan_row is not None else None
                 ),
@@ -1262,14 +1471,69 @@ def finance_history(
     return for_tenant(report, tenant, keep=lambda row: row["tenant"] == tenant)
 
 
+@dataclass(frozen=True)
+class PlanHosted:
+    """One hosted row of a plan, with what finance groups it by: the demand's tenant, tier and
+    model, the provider and its region; planned requests/s and $/h."""
+
+    demand: str
+    tenant: str
+    tier: str
+    model: str
+    provider: str
+    region: str
+    requests_per_s: float
+    cost_per_hour: float
+
+
+def plan_hosted(plan: Plan) -> list[PlanHosted]:
+    """What ``plan`` sends to hosted APIs (its solution's ``hosted`` rows), by demand and
+    provider; empty for a plan without them or whose documents cannot be read."""
+    try:
+        solution = plan_solution(plan)
+        if not solution.hosted:
+            return []
+        problem = plan_problem(plan)
+    except (ProblemInvalid, SolutionInvalid):
+        return []
+    demands = {d.id: d for d in problem.demands}
+    region_of = {p.name: p.region for p in problem.hosted}
+    out = []
+    for row in solution.hosted:
+        demand = demands.get(row.demand)
+        if demand is None or row.requests_per_s <= 0:
+            continue
+        out.append(
+            PlanHosted(
+                demand=row.demand,
+                tenant=demand.tenant,
+                tier=demand.tier or "",
+                model=demand.model,
+                provider=row.provider,
+                region=region_of.get(row.provider, ""),
+                requests_per_s=row.requests_per_s,
+                cost_per_hour=row.cost_per_hour,
+            )
+        )
+    return out
+
+
+def _shape_models(plan: Plan) -> dict[str, str]:
+    """Shape name -> model, as the plan's problem names them (none for an unreadable one)."""
+    try:
+        return {shape.name: shape.model for shape in plan_problem(plan).shapes}
+    except ProblemInvalid:
+        return {}
+
+
 def _plan_tenant_shares(plan: Plan) -> dict[tuple[str, str], list[tuple[str, str, float]]]:
     """Each region's shape's planned load split by tenant (replica-seconds at target)."""
     try:
-        problem = parse_problem(plan.problem)
+        problem = plan_problem(plan)
     except ProblemInvalid:  # an invalid plan's problem has no routing to split
         return {}
     demands = {d.id: d for d in problem.demands}
-    tier_of = {d["id"]: str(d.get("tier", "")) for d in plan.problem.get("demands", [])}
+    tier_of = {d.id: d.tier or "" for d in problem.demands}
     weights: dict[tuple[str, str], dict[tuple[str, str], float]] = defaultdict(
         lambda: defaultdict(float)
     )

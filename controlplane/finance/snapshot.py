@@ -20,6 +20,10 @@ How future hours are sized (``docs/finance.md`` says the same for readers):
 4. Tenants' use of each pool is their expected (mean) rate, split by the day's routing, ×
    replica-seconds per request ÷ target utilisation; the showback splits the cost by it. The
    plan's own routing gives the same for the days the plan runs (``*_plan`` arrays).
+5. Hosted overflow (``hosted_days``): a day sends its solve's hosted rows scaled to the day's
+   rate (the solve's routes scaled down, as the bracketing rule's proof serves the day); the
+   plan's days send the plan's. The traffic sent hosted runs on no replica, so step 4 counts
+   the rest. A plan without hosted rows stores no hosted series.
 
 Days up to the one containing the moment of a request are not taken from this sizing but from
 the active plan itself (``services``): the fleet running now is the plan. Every period is the
@@ -34,10 +38,10 @@ import io
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -54,6 +58,7 @@ from controlplane.plans.demand import (
     rate_history,
 )
 from controlplane.plans.models import Plan
+from controlplane.plans.selectors import Demand, plan_problem, plan_solution
 from planner import placement
 from planner.errors import PlannerInputError
 from planner.forecast import fit_demand
@@ -64,7 +69,6 @@ from planner.forecast.finance import (
     size_days_by_solve,
     sizing_from_solution,
 )
-from planner.placement.problem import parse_problem
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -74,18 +78,38 @@ HORIZON_MONTHS = 12
 DEFAULT_WINDOW_HOURS = 168
 
 
-def horizon_for(now: datetime) -> tuple[datetime, int]:
-    """First hour and length of the snapshot a request at ``now`` reads: from the start of the
-    current month (or of the current ISO week, when that is earlier) to the end of the
-    ``HORIZON_MONTHS``-th month after the current one."""
+@dataclass(frozen=True)
+class Horizon:
+    """A snapshot's horizon: its first hour, its length in hours, and where the past ends.
+
+    The days before ``past_end`` (the start of the month the horizon was asked in) are past
+    for every read of the snapshot (the horizon fixes that month: it ends 12 months after
+    it), so every read takes them from the active plan and they are sized as the plan, with
+    no solve.
+    """
+
+    start: datetime
+    hours: int
+    past_end: datetime
+
+
+def horizon_for(now: datetime) -> Horizon:
+    """The horizon of the snapshot a request at ``now`` reads: from the start of the current
+    quarter (or of the current ISO week, when that is earlier) to the end of the
+    ``HORIZON_MONTHS``-th month after the current one. Beginning with the quarter lets a
+    quarter be priced whole as the sum of its days; ending 12 months on leaves at least the
+    current quarter and the next three whole."""
     moment = now.astimezone(UTC)
     month = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    quarter = month.replace(month=month.month - (month.month - 1) % 3)
     day = moment.replace(hour=0, minute=0, second=0, microsecond=0)
     week = day - timedelta(days=day.weekday())
-    start = min(month, week)
+    start = min(quarter, week)
     year, index = month.year, month.month - 1 + HORIZON_MONTHS + 1
     end = month.replace(year=year + index // 12, month=index % 12 + 1)
-    return start, int((end - start).total_seconds() // 3600)
+    return Horizon(
+        start=start, hours=int((end - start).total_seconds() // 3600), past_end=min(month, week)
+    )
 
 
 @dataclass(frozen=True)
@@ -125,8 +149,7 @@ def _telemetry_history(plan: Plan) -> Any:
     """The rate history the plan's forecast was fitted to, or None when no demand of the plan
     came from telemetry (then nothing is read)."""
     if not any(
-        (d.get("forecast") or {}).get("source") == SOURCE_TELEMETRY
-        for d in plan.problem.get("demands", [])
+        (d.forecast or {}).get("source") == SOURCE_TELEMETRY for d in plan_problem(plan).demands
     ):
         return None
     start, end = history_window(now=_plan_anchor(plan), settings=replan_settings())
@@ -159,24 +182,23 @@ def _demand_series(
     low_q = float((band.get("low") or {}).get("quantile", settings.band_low))
     high_q = float((band.get("high") or {}).get("quantile", settings.band_high))
     tier_q = {str(k): float(v) for k, v in (band.get("quantiles") or {}).items()}
-    demands = plan.problem.get("demands", [])
     out: dict[str, DemandSeries] = {}
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
-    for demand in demands:
-        info = demand.get("forecast") or {}
-        q = float(info.get("quantile", tier_q.get(str(demand.get("tier", "")), 0.9)))
+    groups: dict[tuple[str, str, str], list[Demand]] = defaultdict(list)
+    for demand in plan_problem(plan).demands:
+        info = demand.forecast or {}
+        q = _float(info.get("quantile", tier_q.get(demand.tier or "", 0.9)))
         if info.get("source") == SOURCE_TELEMETRY and history:
-            groups[(demand["tenant"], demand["model"], demand["home_region"])].append(demand)
+            groups[(demand.tenant, demand.model, demand.home_region)].append(demand)
         else:
-            out[demand["id"]] = _flat(float(demand["requests_per_s"]), hours, q)
+            out[demand.id] = _flat(demand.requests_per_s, hours, q)
     for key, members in sorted(groups.items()):
         series = history.get(key)
-        declared = [float(d["forecast"]["declared_requests_per_s"]) for d in members]
+        declared = [_float(_forecast(d)["declared_requests_per_s"]) for d in members]
         total = sum(declared)
         if series is None:
             notes.append(f"{'/'.join(key)}: its rate history is gone; sized as planned, flat")
             for d in members:
-                out[d["id"]] = _flat(float(d["requests_per_s"]), hours, d["forecast"]["quantile"])
+                out[d.id] = _flat(d.requests_per_s, hours, _float(_forecast(d)["quantile"]))
             continue
         try:
             model = fit_demand(series[0], series[1], declared_rate=total)
@@ -184,12 +206,12 @@ def _demand_series(
         except PlannerInputError as exc:
             notes.append(f"{'/'.join(key)}: history refused by the forecast ({exc}); flat")
             for d in members:
-                out[d["id"]] = _flat(float(d["requests_per_s"]), hours, d["forecast"]["quantile"])
+                out[d.id] = _flat(d.requests_per_s, hours, _float(_forecast(d)["quantile"]))
             continue
         for d, rate in zip(members, declared, strict=True):
             share = rate / total if total > 0 else 1.0 / len(members)
-            q = float(d["forecast"]["quantile"])
-            out[d["id"]] = DemandSeries(
+            q = _float(_forecast(d)["quantile"])
+            out[d.id] = DemandSeries(
                 mean=forecast.mean * share,
                 q=forecast.quantile(q) * share,
                 low=forecast.quantile(low_q) * share,
@@ -197,6 +219,17 @@ def _demand_series(
                 quantile=q,
             )
     return out
+
+
+def _forecast(demand: Demand) -> Mapping[str, object]:
+    """The demand's forecast record (a telemetry-sized demand always has one)."""
+    return demand.forecast or {}
+
+
+def _float(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError(f"expected a number, got {value!r}")
+    return float(value)
 
 
 def _daily(values: npt.NDArray[Any]) -> FloatArray:
@@ -216,9 +249,70 @@ def _previous(plan: Plan) -> list[dict[str, Any]]:
     ]
 
 
-def _solver(plan: Plan, demand_ids: list[str]) -> Callable[[FloatArray], Sizing]:
+@dataclass(frozen=True)
+class Served:
+    """What one solve (or the plan) sends where, beyond its replicas: per demand the planned
+    requests/s routed to replicas, and its hosted rows (provider, planned requests/s, $/h)."""
+
+    routed: Mapping[str, float]
+    hosted: Mapping[str, tuple[tuple[str, float, float], ...]]
+
+    def hosted_fraction(self, demand: str) -> float:
+        """The share of ``demand``'s served planned rate sent to hosted APIs."""
+        sent = sum(rps for _p, rps, _c in self.hosted.get(demand, ()))
+        total = self.routed.get(demand, 0.0) + sent
+        return sent / total if total > 0 else 0.0
+
+
+NOTHING_HOSTED = Served(routed={}, hosted={})
+
+
+def _served(solution: Mapping[str, Any]) -> Served:
+    """A solution document's routed and hosted requests/s per demand."""
+    routed: dict[str, float] = defaultdict(float)
+    for row in solution.get("routing") or []:
+        routed[str(row["demand"])] += float(row["requests_per_s"])
+    hosted: dict[str, list[tuple[str, float, float]]] = defaultdict(list)
+    for row in solution.get("hosted") or []:
+        if float(row["requests_per_s"]) > 0:
+            hosted[str(row["demand"])].append(
+                (str(row["provider"]), float(row["requests_per_s"]), float(row["cost_per_hour"]))
+            )
+    if not hosted:
+        return NOTHING_HOSTED
+    return Served(routed=dict(routed), hosted={d: tuple(rows) for d, rows in hosted.items()})
+
+
+def _plan_served(plan: Plan) -> Served:
+    """The active plan's routed and hosted requests/s per demand (its solution's rows)."""
+    solution = plan_solution(plan)
+    if not solution.hosted:
+        return NOTHING_HOSTED
+    return _served(
+        {
+            "routing": [
+                {"demand": r.demand, "requests_per_s": r.requests_per_s} for r in solution.routing
+            ],
+            "hosted": [
+                {
+                    "demand": h.demand,
+                    "provider": h.provider,
+                    "requests_per_s": h.requests_per_s,
+                    "cost_per_hour": h.cost_per_hour,
+                }
+                for h in solution.hosted
+            ],
+        }
+    )
+
+
+def _solver(
+    plan: Plan, demand_ids: list[str], served: dict[int, Served]
+) -> Callable[[FloatArray], Sizing]:
     """``solve(rates)``: the plan's problem re-solved with its demands at ``rates`` (requests/s,
-    in ``demand_ids`` order), warm-started from the plan (its replicas as ``previous``)."""
+    in ``demand_ids`` order), warm-started from the plan (its replicas as ``previous``). What
+    each solve sends to hosted APIs is kept in ``served`` by the ``Sizing``'s id (the sizings
+    live in the solve cache for as long as the snapshot is computed)."""
     base = {k: v for k, v in plan.problem.items() if k != "previous"}
     base["previous"] = _previous(plan)
     index = {demand_id: j for j, demand_id in enumerate(demand_ids)}
@@ -232,7 +326,9 @@ def _solver(plan: Plan, demand_ids: list[str]) -> Callable[[FloatArray], Sizing]
         solution = placement.solve(
             problem, time_limit_s=limit, workers=replan.solver_workers, seed=replan.solver_seed
         )
-        return sizing_from_solution(solution)
+        sizing = sizing_from_solution(solution)
+        served[id(sizing)] = _served(solution)
+        return sizing
 
     return solve
 
@@ -261,9 +357,13 @@ def _past(deadline: float) -> Callable[[], bool]:
     return lambda: time.monotonic() > deadline
 
 
-def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnapshot:
+def snapshot_compute(
+    *, plan: Plan, start: datetime, hours: int, past_end: datetime | None = None
+) -> FinanceSnapshot:
     """The stored snapshot of ``plan`` over ``hours`` from ``start``, computed and stored if
-    it is not there yet (see the module docstring). ``start`` is a UTC day start."""
+    it is not there yet (see the module docstring). ``start`` is a UTC day start; the days
+    before ``past_end`` (a UTC day start; ``Horizon.past_end``) are sized as the plan, unsolved:
+    no read takes them from the forecast."""
     # The forecast a plan rests on is fixed by the plan: its history ends at the plan's
     # anchor. So a stored snapshot of the plan and horizon is reused without reading the
     # history again; ``forecast_key`` records what it was computed from.
@@ -276,9 +376,8 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
     notes: list[str] = []
     band = plan.forecast_band or {}
     window = int(band.get("horizon_hours") or DEFAULT_WINDOW_HOURS)
-    problem = parse_problem(plan.problem)
+    problem = plan_problem(plan)
     demands = {d.id: d for d in problem.demands}
-    raw = {d["id"]: d for d in plan.problem.get("demands", [])}
     demand_ids = [d.id for d in problem.demands]
     days = hours // 24
     series = _demand_series(plan, start=start, hours=hours + window, history=history, notes=notes)
@@ -297,11 +396,17 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
         for edge in EDGES
     }
     settings = finance_settings()
-    solve = _solver(plan, demand_ids)
+    served: dict[int, Served] = {}
+    solve = _solver(plan, demand_ids, served)
     in_force = _plan_sizing(plan)
+    served[id(in_force)] = _plan_served(plan)
     # The edges share solves: a vector sized once is not solved again. A day at the plan's own
     # rates is the plan (what the re-plan solved, within its longer time limit).
     plan_rates = np.array([demands[d].requests_per_s for d in demand_ids], dtype=np.float64)
+    if past_end is not None:
+        past = min(max(int((past_end - start).total_seconds()) // 86400, 0), days)
+        for edge in EDGES:
+            rates[edge][:past] = plan_rates
     solved: SolveCache = {plan_rates.tobytes(): (plan_rates, in_force)}
     by_edge: dict[str, list[Sizing]] = {}
     left = settings.max_solves
@@ -386,11 +491,27 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
         for d, sz in enumerate(sizings):
             for dm, rg, sh, part in sz.routing:
                 share[load_index[(dm, rg, sh)], d] = part
+        # The part of each demand's traffic its day's solve sends to hosted APIs runs on no
+        # replica (only demands some solve sends there; none for a plan without hosted rows).
+        # By identity: equal sizings may be distinct solves (``served`` is keyed by id).
+        sent = {
+            dm
+            for key in {id(sz) for sz in sizings}
+            for dm in served.get(key, NOTHING_HOSTED).hosted
+        }
+        on_replicas = {
+            dm: np.array(
+                [1.0 - served.get(id(sz), NOTHING_HOSTED).hosted_fraction(dm) for sz in sizings]
+            )
+            for dm in sorted(sent)
+        }
         out = {n: np.zeros((len(load_keys), days)) for n in ("requests", "tokens", "used")}
         for i, (dm, _rg, sh) in enumerate(load_keys):
             demand = demands[dm]
             shape = problem.shape(sh)
             count = share[i] * mean_daily[dm]
+            if dm in on_replicas:
+                count = count * on_replicas[dm]
             out["requests"][i] = count
             out["tokens"][i] = count * (demand.prompt_tokens + demand.output_tokens)
             out["used"][i] = (
@@ -404,19 +525,41 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
         {
             "demand": dm,
             "tenant": demands[dm].tenant,
-            "tier": str(raw.get(dm, {}).get("tier", "")),
+            "tier": demands[dm].tier or "",
             "region": rg,
             "shape": sh,
             "quantile": series[dm].quantile,
+            "promise": demands[dm].promise,
         }
         for dm, rg, sh in load_keys
     ]
 
+    # Hosted spend: every demand × provider the plan or a day's solve sends traffic to.
+    hosted, hosted_arrays = hosted_days(
+        problem=problem,
+        demand_ids=demand_ids,
+        by_edge=by_edge,
+        in_force=in_force,
+        rates=rates,
+        served=served,
+        vectors={id(sz): vector for vector, sz in solved.values()},
+        mean_daily=mean_daily,
+        quantiles={d: series[d].quantile for d in demand_ids},
+    )
+
     # Region × GPU type: hourly GPUs at the planned quantile and the low edge, for commitments.
     reserved = selectors.reserved_prices()
+    spot_prices = selectors.spot_prices()
     gpu_keys = sorted({(p["region"], p["accelerator"]) for p in pools})
     gpu_q = np.zeros((len(gpu_keys), days), dtype=np.int64)
     gpu_low = np.zeros((len(gpu_keys), days), dtype=np.int64)
+    unpromised = _unpromised_shares(pools, loads, forecast_use["used"], replicas["q"])
+    unpromised_plan = _unpromised_shares(
+        pools, loads, plan_use["used"], np.array([[p["replicas"]] * days for p in pools])
+    )
+    spare_q = np.zeros((len(gpu_keys), days), dtype=np.int64)
+    spare_low = np.zeros((len(gpu_keys), days), dtype=np.int64)
+    spare_plan = np.zeros((len(gpu_keys), days), dtype=np.int64)
     gpu_pools = []
     for g, (region, accelerator) in enumerate(gpu_keys):
         members = [
@@ -424,12 +567,30 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
             for i, p in enumerate(pools)
             if (p["region"], p["accelerator"]) == (region, accelerator)
         ]
+        held_plan = np.zeros(days)
         for i in members:
             gpu_q[g] += replicas["q"][i] * pools[i]["gpus_per_replica"]
             gpu_low[g] += replicas["low"][i] * pools[i]["gpus_per_replica"]
+            held_plan += pools[i]["replicas"] * pools[i]["gpus_per_replica"]
+        spare_q[g] = _whole(
+            sum(replicas["q"][i] * pools[i]["gpus_per_replica"] * unpromised[i] for i in members),
+            gpu_q[g],
+        )
+        spare_low[g] = _whole(
+            sum(replicas["low"][i] * pools[i]["gpus_per_replica"] * unpromised[i] for i in members),
+            gpu_low[g],
+        )
+        spare_plan[g] = _whole(
+            sum(
+                pools[i]["replicas"] * pools[i]["gpus_per_replica"] * unpromised_plan[i]
+                for i in members
+            ),
+            held_plan,
+        )
         scale = multiplier.get(region, 1.0)
         od = on_demand[accelerator] * scale
         rv = reserved.get(accelerator)
+        sp = spot_prices.get(accelerator)
         if rv is None:
             notes.append(f"{accelerator}: no reserved price recorded; priced on demand only")
         gpu_pools.append(
@@ -439,6 +600,7 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
                 "gpus": sum(pools[i]["replicas"] * pools[i]["gpus_per_replica"] for i in members),
                 "on_demand_price": od,
                 "reserved_price": (rv * scale) if rv is not None else od,
+                "spot_price": (sp * scale) if sp is not None else None,
             }
         )
 
@@ -456,6 +618,10 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
         tokens_plan=plan_use["tokens"],
         gpu_q=np.repeat(gpu_q, 24, axis=1).astype(np.int32),
         gpu_low=np.repeat(gpu_low, 24, axis=1).astype(np.int32),
+        spare_q=np.repeat(spare_q, 24, axis=1).astype(np.int32),
+        spare_low=np.repeat(spare_low, 24, axis=1).astype(np.int32),
+        spare_plan=np.repeat(spare_plan, 24, axis=1).astype(np.int32),
+        **cast(dict[str, Any], hosted_arrays),
     )
     snapshot = FinanceSnapshot(
         plan=plan,
@@ -465,6 +631,7 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
         pools=pools,
         loads=loads,
         gpu_pools=gpu_pools,
+        hosted=hosted,
         arrays=buffer.getvalue(),
         quantiles={
             "tiers": dict((band.get("quantiles") or {}).items()),
@@ -487,6 +654,144 @@ def snapshot_compute(*, plan: Plan, start: datetime, hours: int) -> FinanceSnaps
             raise
         return found
     return snapshot
+
+
+HOSTED_ARRAYS = (
+    "hosted_q",
+    "hosted_low",
+    "hosted_high",
+    "hosted_plan",
+    "hosted_requests",
+    "hosted_tokens",
+    "hosted_requests_plan",
+    "hosted_tokens_plan",
+)
+
+
+def hosted_days(
+    *,
+    problem: Any,
+    demand_ids: list[str],
+    by_edge: dict[str, list[Sizing]],
+    in_force: Sizing,
+    rates: dict[str, FloatArray],
+    served: dict[int, Served],
+    vectors: dict[int, FloatArray],
+    mean_daily: dict[str, FloatArray],
+    quantiles: dict[str, float],
+) -> tuple[list[dict[str, Any]], dict[str, FloatArray]]:
+    """The hosted rows (demand × provider) and their daily series: the spend (currency a day)
+    at the sizing quantile and the band's edges, and the plan's; the expected requests and
+    tokens sent there, forecast and plan.
+
+    A day's spend is its solve's hosted rows scaled to the day's rate: a day given the fleet
+    solved for a demand vector v (its own, or, for a day inside a run the bracketing rule
+    settles, the run's greatest) sends each demand's hosted rows × rate(day) ÷ v, the solve's
+    routes scaled down to the day, as that rule's proof serves the day. For a day solved at
+    its own rate that is the solve's hosted rows; for the plan's days the plan's, × 24.
+    Expected requests split the demand's mean rate in the solve's proportion of hosted to
+    served planned requests/s.
+    """
+    days = len(by_edge["q"])
+    index = {d: j for j, d in enumerate(demand_ids)}
+    demands = {d.id: d for d in problem.demands}
+    region_of = {p.name: p.region for p in problem.hosted}
+    # By identity: equal sizings may be distinct solves (``served`` is keyed by id).
+    ids = {id(in_force)} | {id(sz) for sizings in by_edge.values() for sz in sizings}
+    keys = sorted(
+        {
+            (dm, provider)
+            for key in ids
+            for dm, rows in served.get(key, NOTHING_HOSTED).hosted.items()
+            for provider, _rps, _cost in rows
+        }
+    )
+    if not keys:
+        return [], {}
+    key_index = {k: i for i, k in enumerate(keys)}
+    out = {name: np.zeros((len(keys), days)) for name in HOSTED_ARRAYS}
+
+    def fill(
+        sizings: list[Sizing], day_rates: FloatArray | None, cost: str, use: str | None
+    ) -> None:
+        # ``use``: the suffix of the requests and tokens arrays to fill ("" forecast, "_plan"),
+        # or None for a band edge (sized, not expected).
+        for d, sz in enumerate(sizings):
+            sv = served.get(id(sz), NOTHING_HOSTED)
+            vector = vectors.get(id(sz))
+            for dm, rows in sv.hosted.items():
+                j = index[dm]
+                scale = 1.0
+                if day_rates is not None and vector is not None:
+                    scale = float(day_rates[d, j] / vector[j]) if vector[j] > 0 else 0.0
+                total = sv.routed.get(dm, 0.0) + sum(rps for _p, rps, _c in rows)
+                demand = demands[dm]
+                for provider, rps, per_hour in rows:
+                    i = key_index[(dm, provider)]
+                    out[cost][i, d] = per_hour * scale * 24.0
+                    if use is not None:
+                        count = mean_daily[dm][d] * (rps / total if total > 0 else 0.0)
+                        out[f"hosted_requests{use}"][i, d] = count
+                        out[f"hosted_tokens{use}"][i, d] = count * (
+                            demand.prompt_tokens + demand.output_tokens
+                        )
+
+    fill(by_edge["q"], rates["q"], "hosted_q", "")
+    fill(by_edge["low"], rates["low"], "hosted_low", None)
+    fill(by_edge["high"], rates["high"], "hosted_high", None)
+    fill([in_force] * days, None, "hosted_plan", "_plan")
+    rows = [
+        {
+            "demand": dm,
+            "tenant": demands[dm].tenant,
+            "tier": demands[dm].tier or "",
+            "model": demands[dm].model,
+            "provider": provider,
+            "region": region_of.get(provider, ""),
+            "quantile": quantiles[dm],
+        }
+        for dm, provider in keys
+    ]
+    return rows, out
+
+
+def _unpromised_shares(
+    pools: list[dict[str, Any]],
+    loads: list[dict[str, Any]],
+    used: FloatArray,
+    replicas: npt.NDArray[Any],
+) -> FloatArray:
+    """Per pool and day: the share of its replicas that load promising nothing (no N+1, no
+    zone survival) uses, at its expected rate and the shape's target utilisation: the part of
+    the pool that may run on spot. The rest (promised load, and every spare, floor, burst
+    headroom and rounding up) is firm. ``used`` is load × day replica-hours, ``replicas`` pool
+    × day; the pools of a region's shape share its loads in proportion to their replicas."""
+    days = replicas.shape[1] if replicas.ndim == 2 else 0
+    by_shape: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, p in enumerate(pools):
+        by_shape[(p["region"], p["shape"])].append(i)
+    free: dict[tuple[str, str], FloatArray] = defaultdict(lambda: np.zeros(days))
+    total: dict[tuple[str, str], FloatArray] = defaultdict(lambda: np.zeros(days))
+    for j, load in enumerate(loads):
+        key = (load["region"], load["shape"])
+        total[key] = total[key] + used[j]
+        if load.get("promise") == "none":
+            free[key] = free[key] + used[j]
+    out = np.zeros((len(pools), days))
+    for key, members in by_shape.items():
+        held = sum(replicas[i] for i in members) * 24.0
+        base = np.maximum(held, total[key]) if key in total else held
+        share = np.divide(free[key], base, out=np.zeros(days), where=base > 0)
+        for i in members:
+            out[i] = share
+    return out
+
+
+def _whole(gpus: Any, ceiling: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """Whole interruptible GPUs: rounded down (a fraction of a GPU is firm), at most those
+    held."""
+    values = np.floor(np.asarray(gpus, dtype=np.float64) + 1e-9).astype(np.int64)
+    return np.minimum(np.maximum(values, 0), np.asarray(ceiling, dtype=np.int64))
 
 
 def _prune(kept: FinanceSnapshot) -> None:

@@ -23,6 +23,7 @@ from controlplane.fleet.models import (
     AcceleratorType,
     CapacityFigure,
     Geography,
+    HostedProvider,
     LlmModel,
     Region,
     RegionLink,
@@ -82,9 +83,9 @@ class ZoneInline(HumanFieldsMixin, admin.TabularInline[Zone, Region]):
 
 @admin.register(Region)
 class RegionAdmin(HumanFieldsMixin, HistoryAdmin):
-    list_display = ["name", "geography", "price_multiplier", "zone_count"]
+    list_display = ["name", "geography", "price_multiplier", "actuation", "zone_count"]
     ordering = ["name"]
-    list_filter = ["geography"]
+    list_filter = ["geography", "actuation"]
     search_fields = ["name", "geography__name"]
     autocomplete_fields = ["geography"]
     list_select_related = ["geography"]
@@ -138,6 +139,7 @@ class AcceleratorTypeAdmin(HumanFieldsMixin, HistoryAdmin):
         "memory_tbps",
         "on_demand_price_per_gpu_hour",
         "reserved_price_per_gpu_hour",
+        "spot_price_per_gpu_hour",
         "gpu_product",
         "gpus_in_inventory",
     ]
@@ -280,6 +282,25 @@ class ReplicaShapeAdmin(HumanFieldsMixin, HistoryAdmin):
         if not _shape_complete(obj):
             return None
         return f"{obj.context_tokens:,}"
+
+
+@admin.register(HostedProvider)
+class HostedProviderAdmin(HumanFieldsMixin, HistoryAdmin):
+    list_display = [
+        "name",
+        "region",
+        "input_price_per_mtok",
+        "output_price_per_mtok",
+        "tpm_limit",
+        "rpm_limit",
+        "p95_ttft_s",
+        "enabled",
+    ]
+    list_filter = ["enabled", "region"]
+    search_fields = ["name"]
+    autocomplete_fields = ["region"]
+    filter_horizontal = ["served_models"]
+    list_select_related = ["region"]
 
 
 @admin.register(WorkloadClass)

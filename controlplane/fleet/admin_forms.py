@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from django import forms
+from django.contrib.admin import TabularInline
 from django.db import models
 from django.http import HttpRequest
+from django.utils.text import capfirst
 
 # Labels for fields whose names hold units (``_s``, ``_ms``, ``_per_s``) or abbreviations.
 HUMAN_LABELS = {
@@ -47,6 +49,7 @@ HUMAN_LABELS = {
     "peak_bf16_tflops": "Peak BF16 (TFLOPS)",
     "on_demand_price_per_gpu_hour": "On-demand price ($ per GPU-hour)",
     "reserved_price_per_gpu_hour": "Reserved price ($ per GPU-hour)",
+    "spot_price_per_gpu_hour": "Spot price ($ per GPU-hour)",
     "gpus_available": "GPUs available",
     "gpus_per_replica": "GPUs per replica",
     "runtime_reserve_gb_per_gpu": "Runtime reserve per GPU (GB)",
@@ -98,4 +101,24 @@ class HumanFieldsMixin:
         )
         if field is not None and db_field.name in HUMAN_LABELS:
             field.label = HUMAN_LABELS[db_field.name]
+        if field is not None and isinstance(self, TabularInline):
+            # A tabular inline names its columns in the table's head, not in a <label> by
+            # each control: the control carries its name itself, for screen readers.
+            label = field.label if field.label is not None else capfirst(db_field.verbose_name)
+            field.widget.attrs.setdefault("aria-label", str(label))
         return field
+
+    def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        """A tabular inline's rows with a named delete box (its column head says "Delete"
+        for the eye only)."""
+        formset = super().get_formset(request, obj, **kwargs)  # type: ignore[misc]
+        if not isinstance(self, TabularInline):
+            return formset
+
+        class LabelledFormSet(formset):  # type: ignore[misc, valid-type]
+            def add_fields(self, form: forms.Form, index: int | None) -> None:
+                super().add_fields(form, index)
+                if "DELETE" in form.fields:
+                    form.fields["DELETE"].widget.attrs.setdefault("aria-label", "Delete this row")
+
+        return LabelledFormSet

@@ -38,6 +38,12 @@ GB = memory.GB
 # The ranges of the fleet figures (``core.validators.Bounds``); the help texts quote them.
 GPU_MEMORY_GB = Bounds(1, 1000, "GB")
 PEAK_TFLOPS = Bounds(1, 100_000, "TFLOP/s")
+# A spot price may be zero (capacity offered free to fill idle hardware); never negative.
+SPOT_PRICE_PER_GPU_HOUR = Bounds(0, 500, "$ per GPU-hour")
+PRICE_PER_MTOK = Bounds(0, 10_000, "$ per million tokens")
+HOSTED_TPM = Bounds(1, 1_000_000_000_000, "tokens per minute")
+HOSTED_RPM = Bounds(1, 1_000_000_000, "requests per minute")
+HOSTED_TTFT_S = Bounds(0.001, 600, "s")
 MEMORY_TBPS = Bounds(0.1, 100, "TB/s")
 # From a test-sized model (a thousand parameters, as CPU benchmark runs use) to 10 trillion.
 PARAMETERS_BILLIONS = Bounds(0.000001, 10_000, "billion")
@@ -77,6 +83,10 @@ class Geography(models.Model):
 
 
 class Region(models.Model):
+    class Actuation(models.TextChoices):
+        ACTUATE = "actuate", "actuate (activated plans go to the sinks)"
+        SHADOW = "shadow", "shadow (plans are made and diffed; nothing is sent)"
+
     name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
     geography = models.ForeignKey(Geography, on_delete=models.PROTECT, related_name="regions")
     price_multiplier = models.FloatField(
@@ -84,6 +94,15 @@ class Region(models.Model):
         validators=PRICE_MULTIPLIER.validators,
         help_text=PRICE_MULTIPLIER.help(
             "Multiplies every GPU-hour price in this region (1.0 = list price)."
+        ),
+    )
+    actuation = models.CharField(
+        max_length=8,
+        choices=Actuation.choices,
+        default=Actuation.ACTUATE,
+        help_text=(
+            "Shadow: plans for this region are made, verified and diffed against what was "
+            "last delivered to it, and nothing is sent to any sink."
         ),
     )
     history = HistoricalRecords()
@@ -166,6 +185,16 @@ class AcceleratorType(models.Model):
             "Price of one reserved GPU-hour; at most the on-demand price."
         ),
     )
+    spot_price_per_gpu_hour = models.FloatField(
+        null=True,
+        blank=True,
+        validators=SPOT_PRICE_PER_GPU_HOUR.validators,
+        help_text=SPOT_PRICE_PER_GPU_HOUR.help(
+            "Price of one spot (preemptible) GPU-hour, at most the on-demand price; empty when "
+            "no spot capacity is bought. Spot capacity can be reclaimed at any time, so "
+            "commitment advice puts only the interruptible part of demand on it."
+        ),
+    )
     gpu_product = models.CharField(
         max_length=63,
         blank=True,
@@ -190,6 +219,20 @@ class AcceleratorType(models.Model):
         return self.gpu_product or self.name
 
     def clean(self) -> None:
+        if (
+            self.spot_price_per_gpu_hour is not None
+            and self.on_demand_price_per_gpu_hour is not None
+            and self.spot_price_per_gpu_hour > self.on_demand_price_per_gpu_hour
+        ):
+            raise ValidationError(
+                {
+                    "spot_price_per_gpu_hour": (
+                        "Spot price is above the on-demand price "
+                        f"({self.spot_price_per_gpu_hour:g} > "
+                        f"{self.on_demand_price_per_gpu_hour:g} per GPU-hour)."
+                    )
+                }
+            )
         if (
             self.reserved_price_per_gpu_hour is not None
             and self.on_demand_price_per_gpu_hour is not None
@@ -349,6 +392,55 @@ _IMAGE_REFERENCE = RegexValidator(
 def _serving_flag(argument: str) -> str:
     """``--max-model-len=4096`` → ``--max-model-len``; vLLM also accepts underscores."""
     return argument.split("=", 1)[0].replace("_", "-")
+
+
+class HostedProvider(models.Model):
+    """A hosted inference API the plan may send a demand's overflow to: the models it serves
+    from one region (which residency rules judge), its per-token prices, its quotas and its
+    latency. Placement routes overflow here only for tenants whose tier allows hosted
+    overflow, inside the tokens-per-minute (and requests-per-minute) quota
+    (``planner.placement``: the problem's ``hosted`` list)."""
+
+    name = models.CharField(max_length=64, unique=True, validators=[slug_validator])
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="hosted_providers")
+    served_models = models.ManyToManyField(
+        LlmModel, related_name="hosted_providers", help_text="The models it serves."
+    )
+    input_price_per_mtok = models.FloatField(
+        validators=PRICE_PER_MTOK.validators,
+        help_text=PRICE_PER_MTOK.help("$ per million prompt (input) tokens."),
+    )
+    output_price_per_mtok = models.FloatField(
+        validators=PRICE_PER_MTOK.validators,
+        help_text=PRICE_PER_MTOK.help("$ per million generated (output) tokens."),
+    )
+    tpm_limit = models.PositiveBigIntegerField(
+        validators=HOSTED_TPM.validators,
+        help_text=HOSTED_TPM.help("The quota: tokens per minute, input and output together."),
+    )
+    rpm_limit = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        validators=HOSTED_RPM.validators,
+        help_text=HOSTED_RPM.help("Requests per minute (empty: no request quota)."),
+    )
+    p95_ttft_s = models.FloatField(
+        validators=HOSTED_TTFT_S.validators,
+        help_text=HOSTED_TTFT_S.help(
+            "Its p95 time to first token; a demand whose objective is tighter is not sent."
+        ),
+    )
+    enabled = models.BooleanField(
+        default=True, help_text="Off: plans send nothing here (the record is kept)."
+    )
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "hosted provider"
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class ReplicaShape(models.Model):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -38,10 +38,11 @@ from django.core.exceptions import ValidationError
 from controlplane.emission.models import AllocationSink, OutboxEntry
 from controlplane.emission.services import outbox_dispatch, outbox_enqueue_for_plan
 from controlplane.emission.sinks.files import region_path
+from controlplane.plans.assumptions import pool_signal_alerts_check
 from controlplane.plans.demand import forecast_anchor
 from controlplane.plans.impact import pool_drift_alerts_price
 from controlplane.plans.models import Plan, ReplanRun
-from controlplane.plans.selectors import plan_summary
+from controlplane.plans.selectors import plan_problem_or_error, plan_summary
 from controlplane.plans.services import drift_reason, replan_execute, replan_request
 from controlplane.plans.signals import plan_activated
 from controlplane.telemetry import selectors as telemetry_selectors
@@ -128,7 +129,7 @@ def due_derivation_window() -> tuple[datetime, datetime] | None:
     """The window ending at the newest pulled bucket, unless derived before (None also when
     nothing was pulled yet)."""
     conf = telemetry_settings()
-    pulled = telemetry_selectors.last_pulled_until(bucket_s=conf.bucket_s)
+    pulled = telemetry_selectors.last_pulled_until(bucket_s=telemetry_selectors.stored_bucket_s())
     if pulled is None:
         return None
     start, end = derivation_window(end=pulled, conf=conf)
@@ -138,8 +139,9 @@ def due_derivation_window() -> tuple[datetime, datetime] | None:
 
 
 def after_derivation(*, derivation: ProfileDerivation) -> ReplanRun | None:
-    """Price the pool drifts ``derivation`` changed, then request a re-plan (trigger
-    ``drift``) for the drift alerts it raised.
+    """Price the pool drifts ``derivation`` changed and check the pools' engine signals
+    against the active plan (``plans.assumptions.pool_signal_alerts_check``), then request a
+    re-plan (trigger ``drift``) for the drift alerts it raised.
 
     Pricing re-solves the re-plan's problem before and after the drift
     (``plans.impact.pool_drift_alerts_price``), so the alerts, and the re-plan's reason that
@@ -149,6 +151,7 @@ def after_derivation(*, derivation: ProfileDerivation) -> ReplanRun | None:
     runs one at a time and unchanged inputs make no new plan.
     """
     pool_drift_alerts_price(derivation=derivation)
+    pool_signal_alerts_check(derivation=derivation)
     alerts = drift_alerts_raised(derivation=derivation)
     if not alerts or not settings.HEADROOM_REPLAN_ON_DRIFT:
         return None
@@ -384,6 +387,7 @@ def _derive(
         except Exception as exc:
             raise PipelineFailed(f"deriving profiles failed: {exc}", report=report) from exc
         pool_drift_alerts_price(derivation=run)
+        signals = pool_signal_alerts_check(derivation=run)
         alerts = drift_alerts_raised(derivation=run)
         report.derivations.append(run)
         report.alerts_raised += alerts
@@ -394,6 +398,8 @@ def _derive(
         )
         for skipped in run.skipped:
             report.say(f"  no profile for {skipped['series']}: {skipped['reason']}")
+        for signal in signals:
+            report.say(f"  pool signal alert #{signal.pk}: {signal.message}")
 
 
 def _alerts(report: PipelineReport) -> None:
@@ -468,13 +474,14 @@ def _forecast(report: PipelineReport, plan: Plan) -> None:
         f"{band.get('horizon_hours', '?')} h ahead; demands sized from telemetry "
         f"{sources.get('telemetry', 0)}, declared {sources.get('declared', 0)}."
     )
-    for demand in plan.problem.get("demands", []):
-        info = demand.get("forecast")
+    problem, _ = plan_problem_or_error(plan)
+    for demand in problem.demands if problem else ():
+        info: Mapping[str, Any] | None = demand.forecast
         if not info:
             continue
         report.say(
-            f"  {demand['id']}: profile {info['declared_requests_per_s']:.2f} req/s, "
-            f"planned {demand['requests_per_s']:.2f} (q={info['quantile']:g} of the "
+            f"  {demand.id}: profile {info['declared_requests_per_s']:.2f} req/s, "
+            f"planned {demand.requests_per_s:.2f} (q={info['quantile']:g} of the "
             f"forecast; band {info['low_requests_per_s']:.2f}–"
             f"{info['high_requests_per_s']:.2f}; {info['history_hours']} h of history, "
             f"{info['weekly_growth']:+.1%} a week)"

@@ -19,6 +19,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
+from controlplane.core import formatting
 from controlplane.core.admin import ReadOnlyAdminMixin
 from controlplane.core.roles import POLICY_ADMIN, user_roles
 from controlplane.plans import services
@@ -38,15 +39,20 @@ class PlanAllocationInline(ReadOnlyAdminMixin, admin.TabularInline[PlanAllocatio
         "accelerator",
         "gpus_per_replica",
         "replicas",
-        "cost_per_hour",
+        "cost_text",
     )
     readonly_fields = fields
     extra = 0
     can_delete = False
 
+    @admin.display(description="cost ($/h)")
+    def cost_text(self, obj: PlanAllocation) -> str:
+        return formatting.money(obj.cost_per_hour)
+
 
 def _pretty_json(value: Any) -> str:
-    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False))
+    text = json.dumps(formatting.tidy(value), indent=2, ensure_ascii=False)
+    return format_html("<pre>{}</pre>", text)
 
 
 @admin.register(Plan)
@@ -57,9 +63,9 @@ class PlanAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[Plan]):
         "state",
         "solver_status",
         "trigger",
-        "cost_per_hour",
-        "planned_requests_per_s",
-        "unserved_requests_per_s",
+        "cost_text",
+        "planned_text",
+        "unserved_text",
         "stale_figure_count",
         "created_at",
         "activated_at",
@@ -74,11 +80,11 @@ class PlanAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[Plan]):
         "solver_status",
         "trigger",
         "inputs_hash",
-        "cost_per_hour",
-        "gap",
-        "solve_seconds",
-        "planned_requests_per_s",
-        "unserved_requests_per_s",
+        "cost_text",
+        "gap_text",
+        "solve_seconds_text",
+        "planned_text",
+        "unserved_text",
         "created_at",
         "created_by",
         "activated_at",
@@ -97,6 +103,29 @@ class PlanAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[Plan]):
         return (
             super().get_queryset(request).select_related("created_by", "approved_by", "rejected_by")
         )
+
+    # Stored floats, rounded by what they mean (money to the cent, rates to three
+    # significant figures), sorting by the stored value.
+
+    @admin.display(description="cost ($/h)", ordering="cost_per_hour")
+    def cost_text(self, obj: Plan) -> str:
+        return formatting.money(obj.cost_per_hour)
+
+    @admin.display(description="planned req/s", ordering="planned_requests_per_s")
+    def planned_text(self, obj: Plan) -> str:
+        return formatting.rate(obj.planned_requests_per_s)
+
+    @admin.display(description="unserved req/s", ordering="unserved_requests_per_s")
+    def unserved_text(self, obj: Plan) -> str:
+        return formatting.rate(obj.unserved_requests_per_s)
+
+    @admin.display(description="optimality gap")
+    def gap_text(self, obj: Plan) -> str:
+        return formatting.rate(obj.gap)
+
+    @admin.display(description="solve time (s)")
+    def solve_seconds_text(self, obj: Plan) -> str:
+        return formatting.rate(obj.solve_seconds)
 
     @admin.display(description="stale figures")
     def stale_figure_count(self, obj: Plan) -> int:

@@ -18,6 +18,10 @@ environment variable, else the default below; a malformed value is an error).
   forecast band over them is planned.
 - ``HEADROOM_FORECAST_HISTORY_DAYS`` (56): days of request-rate history the forecast is fitted
   to.
+- ``HEADROOM_REPLAN_REQUIRE_TELEMETRY`` (false): once a telemetry pull has stored samples, a
+  re-plan in which any demand would be sized from its declared profile (no telemetry rate
+  history for it, or too little) fails its run naming those demands, instead of planning from
+  the declared figures. Off by default: the embedded quick start plans from declared profiles.
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ class ReplanSettings:
     #: objectives (``planner.placement.verified``), at most this many re-solves.
     replay_verify: bool = True
     replay_max_rounds: int = 4
+    #: Fail a re-plan that would size a demand from its declared profile once telemetry has
+    #: been pulled (``HEADROOM_REPLAN_REQUIRE_TELEMETRY``).
+    require_telemetry: bool = False
 
 
 def _quantile(name: str, default: float) -> float:
@@ -75,4 +82,5 @@ def replan_settings() -> ReplanSettings:
         history_days=setting_int("HEADROOM_FORECAST_HISTORY_DAYS", 56, positive=True),
         replay_verify=setting_bool("HEADROOM_REPLAY_VERIFY", True),
         replay_max_rounds=setting_int("HEADROOM_REPLAY_MAX_ROUNDS", 4, minimum=0),
+        require_telemetry=setting_bool("HEADROOM_REPLAN_REQUIRE_TELEMETRY", False),
     )

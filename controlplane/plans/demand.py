@@ -94,6 +94,8 @@ class DemandForecast:
     quantiles: dict[str, float]
     sources: dict[str, int]
     notes: list[str] = field(default_factory=list)
+    #: The demand ids counted in ``sources``, by source (each list sorted).
+    demand_sources: dict[str, list[str]] = field(default_factory=dict)
 
     def band_summary(self) -> dict[str, Any]:
         """The plan's ``forecast_band`` document, before the edges' costs are added."""
@@ -102,6 +104,7 @@ class DemandForecast:
             "horizon_hours": self.horizon_hours,
             "quantiles": dict(sorted(self.quantiles.items())),
             "sources": dict(sorted(self.sources.items())),
+            "demand_sources": {k: sorted(v) for k, v in sorted(self.demand_sources.items())},
             "low": {"quantile": self.band_low},
             "high": {"quantile": self.band_high},
         }
@@ -255,11 +258,13 @@ def demand_forecast(
     low_rates: dict[str, float] = {}
     high_rates: dict[str, float] = {}
     counts = {SOURCE_DECLARED: 0, SOURCE_TELEMETRY: 0}
+    by_source: dict[str, list[str]] = {SOURCE_DECLARED: [], SOURCE_TELEMETRY: []}
     start = anchor.timestamp()
     for key, members in sorted(groups.items()):
         series = history.get(key) if history else None
         if series is None or not members:
             counts[SOURCE_DECLARED] += len(members)
+            by_source[SOURCE_DECLARED] += [d["id"] for d in members]
             continue
         declared_total = sum(float(d["requests_per_s"]) for d in members)
         q = quantiles.get(str(members[0].get("tier", "")), DEFAULT_QUANTILE)
@@ -274,11 +279,14 @@ def demand_forecast(
         except PlannerInputError as exc:
             notes.append(f"{'/'.join(key)}: history refused by the forecast ({exc}); declared")
             counts[SOURCE_DECLARED] += len(members)
+            by_source[SOURCE_DECLARED] += [d["id"] for d in members]
             continue
         if not fitted.sufficient_history:
             counts[SOURCE_DECLARED] += len(members)
+            by_source[SOURCE_DECLARED] += [d["id"] for d in members]
             continue
         counts[SOURCE_TELEMETRY] += len(members)
+        by_source[SOURCE_TELEMETRY] += [d["id"] for d in members]
         for demand in members:
             declared = float(demand["requests_per_s"])
             # The profiles' class mix splits the forecast; with no declared rate at all the
@@ -329,7 +337,28 @@ def demand_forecast(
         quantiles=quantiles,
         sources=counts,
         notes=notes,
+        demand_sources={k: sorted(v) for k, v in by_source.items()},
     )
+
+
+def plan_demand_sources(
+    band: Mapping[str, Any] | None, problem: Mapping[str, Any] | None
+) -> dict[str, list[str]]:
+    """Which of a plan's demands were sized from declared profiles and which from telemetry,
+    by source (ids sorted): from the plan's forecast band, or for a plan stored before the
+    band listed them, from its problem (a telemetry-sized demand carries ``forecast``)."""
+    stored = (band or {}).get("demand_sources")
+    if isinstance(stored, Mapping):
+        return {
+            SOURCE_DECLARED: sorted(str(d) for d in stored.get(SOURCE_DECLARED, [])),
+            SOURCE_TELEMETRY: sorted(str(d) for d in stored.get(SOURCE_TELEMETRY, [])),
+        }
+    out: dict[str, list[str]] = {SOURCE_DECLARED: [], SOURCE_TELEMETRY: []}
+    for demand in (problem or {}).get("demands", []):
+        forecast = demand.get("forecast") or {}
+        source = SOURCE_TELEMETRY if forecast.get("source") == SOURCE_TELEMETRY else SOURCE_DECLARED
+        out[source].append(str(demand["id"]))
+    return {k: sorted(v) for k, v in out.items()}
 
 
 def history_window(*, now: datetime, settings: ReplanSettings) -> tuple[datetime, datetime]:

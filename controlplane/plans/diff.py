@@ -1,7 +1,7 @@
 """What a new plan changes against the active one, from the two plans' documents.
 
-Pure functions over ``placement-problem/v1`` and ``placement-solution/v1`` dicts (no database),
-so a diff can be recomputed from any two stored plans. The diff lists:
+Pure functions over the typed problem and solution of two plans (``PlanDocuments``; no
+database), so a diff can be recomputed from any two stored plans. The diff lists:
 
 - ``replicas``: each (zone, shape) whose replica count changed, with before, after and the
   change; ``replicas_added`` / ``replicas_removed`` and ``gpus_added`` / ``gpus_removed`` total
@@ -24,6 +24,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from controlplane.plans.models import Plan
+from controlplane.plans.selectors import (
+    Problem,
+    ProblemInvalid,
+    Solution,
+    plan_problem_or_error,
+    plan_solution,
+    read_problem,
+    read_solution,
+)
+
 # A demand's routing changed when some (region, shape) share of its planned rate moved by
 # more than this: 0.1% of the demand, well above solver noise, well below any real move.
 ROUTING_SHARE_TOLERANCE = 1e-3
@@ -33,59 +44,69 @@ UNSERVED_TOLERANCE = 1e-6
 
 @dataclass(frozen=True)
 class PlanDocuments:
-    """One plan as its two documents: the problem it solved and the solution."""
+    """One plan, typed: the problem it solved (None when that problem was invalid) and its
+    solution."""
 
-    problem: Mapping[str, Any]
-    solution: Mapping[str, Any]
+    problem: Problem | None
+    solution: Solution
+
+    @classmethod
+    def read(cls, problem: Mapping[str, Any], solution: Mapping[str, Any]) -> PlanDocuments:
+        """The two stored documents, read (``controlplane.plans.selectors``)."""
+        typed = read_solution(solution)
+        try:
+            parsed: Problem | None = read_problem(problem)
+        except ProblemInvalid:
+            parsed = None
+        return cls(parsed, typed)
+
+    @classmethod
+    def of(cls, plan: Plan) -> PlanDocuments:
+        """A stored plan's documents, typed."""
+        return cls(plan_problem_or_error(plan)[0], plan_solution(plan))
 
 
-def _zone_regions(problem: Mapping[str, Any]) -> dict[str, str]:
-    return {z: str(r["name"]) for r in problem.get("regions", []) for z in r.get("zones", [])}
+def _zone_regions(problem: Problem | None) -> dict[str, str]:
+    return {z: r.name for r in problem.regions for z in r.zones} if problem else {}
 
 
-def _shape_gpus(problem: Mapping[str, Any]) -> dict[str, int]:
-    return {str(s["name"]): int(s["gpus"]) for s in problem.get("shapes", [])}
+def _shape_gpus(problem: Problem | None) -> dict[str, int]:
+    return {s.name: s.gpus for s in problem.shapes} if problem else {}
 
 
-def _replicas(solution: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+def _replicas(solution: Solution | None) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = {}
-    for row in solution.get("replicas", []):
-        key = (str(row["zone"]), str(row["shape"]))
-        out[key] = out.get(key, 0) + int(row["replicas"])
+    for row in solution.replicas if solution else ():
+        key = (row.zone, row.shape)
+        out[key] = out.get(key, 0) + row.replicas
     return out
 
 
-def _planned_rates(problem: Mapping[str, Any]) -> dict[str, float]:
+def _planned_rates(problem: Problem | None) -> dict[str, float]:
     """Planned requests/s of each demand: requests_per_s × burst."""
-    return {
-        str(d["id"]): float(d["requests_per_s"]) * float(d.get("burst", 1.0))
-        for d in problem.get("demands", [])
-    }
+    return {d.id: d.planned_requests_per_s for d in problem.demands} if problem else {}
 
 
 def _routing_shares(
-    solution: Mapping[str, Any], planned: Mapping[str, float]
+    solution: Solution | None, planned: Mapping[str, float]
 ) -> dict[str, dict[tuple[str, str], float]]:
     """Per demand, the share of its planned rate each (region, shape) serves."""
     shares: dict[str, dict[tuple[str, str], float]] = defaultdict(dict)
-    for row in solution.get("routing", []):
-        demand = str(row["demand"])
-        rate = planned.get(demand, 0.0)
+    for row in solution.routing if solution else ():
+        rate = planned.get(row.demand, 0.0)
         if rate <= 0:
             continue
-        key = (str(row["region"]), str(row["shape"]))
-        shares[demand][key] = shares[demand].get(key, 0.0) + float(row["requests_per_s"]) / rate
+        key = (row.region, row.shape)
+        shares[row.demand][key] = shares[row.demand].get(key, 0.0) + row.requests_per_s / rate
     return shares
 
 
-def _unserved(solution: Mapping[str, Any]) -> dict[str, tuple[float, str, int]]:
+def _unserved(solution: Solution | None) -> dict[str, tuple[float, str, int]]:
     """Unserved requests/s per demand, with its tenant and priority."""
     out: dict[str, tuple[float, str, int]] = {}
-    for row in solution.get("unserved", []):
-        demand = str(row["demand"])
-        rate = float(row["requests_per_s"])
-        previous = out.get(demand, (0.0, "", 0))[0]
-        out[demand] = (previous + rate, str(row.get("tenant", "")), int(row.get("priority", 0)))
+    for row in solution.unserved if solution else ():
+        previous = out.get(row.demand, (0.0, "", 0))[0]
+        out[row.demand] = (previous + row.requests_per_s, row.tenant, row.priority)
     return out
 
 
@@ -97,11 +118,8 @@ def _share_rows(shares: Mapping[tuple[str, str], float]) -> list[dict[str, Any]]
     ]
 
 
-def _demand_info(problem: Mapping[str, Any]) -> dict[str, tuple[str, int]]:
-    return {
-        str(d["id"]): (str(d.get("tenant", d["id"])), int(d.get("priority", 0)))
-        for d in problem.get("demands", [])
-    }
+def _demand_info(problem: Problem | None) -> dict[str, tuple[str, int]]:
+    return {d.id: (d.tenant, d.priority) for d in problem.demands} if problem else {}
 
 
 def plan_diff(
@@ -111,8 +129,8 @@ def plan_diff(
 
     Requests/s are in planned units (``requests_per_s × burst``), dollars per hour for cost.
     """
-    old_problem: Mapping[str, Any] = before.problem if before else {}
-    old_solution: Mapping[str, Any] = before.solution if before else {}
+    old_problem = before.problem if before else None
+    old_solution = before.solution if before else None
     regions = {**_zone_regions(old_problem), **_zone_regions(after.problem)}
     gpus = {**_shape_gpus(old_problem), **_shape_gpus(after.problem)}
 
@@ -178,8 +196,8 @@ def plan_diff(
                 }
             )
 
-    old_cost = float(old_solution.get("cost_per_hour") or 0.0)
-    new_cost = float(after.solution.get("cost_per_hour") or 0.0)
+    old_cost = float((old_solution.cost_per_hour if old_solution else None) or 0.0)
+    new_cost = float(after.solution.cost_per_hour or 0.0)
     old_total_unserved = sum(r for r, _, _ in old_unserved.values())
     new_total_unserved = sum(r for r, _, _ in new_unserved.values())
     return {

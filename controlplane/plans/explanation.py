@@ -10,6 +10,7 @@ from typing import Any
 
 from controlplane.plans.demand import DemandForecast
 from controlplane.plans.diff import diff_lines
+from controlplane.plans.selectors import Problem, Solution
 from planner.placement.explain import explain
 
 
@@ -23,19 +24,19 @@ def stale_sentences(stale: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
-def _region_lines(problem: Mapping[str, Any], solution: Mapping[str, Any]) -> list[dict[str, Any]]:
-    zone_region = {z: r["name"] for r in problem.get("regions", []) for z in r.get("zones", [])}
-    shapes = {s["name"]: s for s in problem.get("shapes", [])}
+def _region_lines(problem: Problem, solution: Solution) -> list[dict[str, Any]]:
+    zone_region = {z: r.name for r in problem.regions for z in r.zones}
+    shapes = {s.name: s for s in problem.shapes}
     rows: dict[str, list[str]] = defaultdict(list)
     gpus: dict[str, int] = defaultdict(int)
-    for row in solution.get("replicas", []):
-        region = zone_region.get(row["zone"], "?")
-        shape = shapes.get(row["shape"], {})
-        count = int(row["replicas"]) * int(shape.get("gpus", 0))
+    for row in solution.replicas:
+        region = zone_region.get(row.zone, "?")
+        shape = shapes.get(row.shape)
+        count = row.replicas * (shape.gpus if shape else 0)
         gpus[region] += count
         rows[region].append(
-            f"{row['zone']}: {row['replicas']} × {row['shape']} "
-            f"({count} {shape.get('accelerator', '?')})"
+            f"{row.zone}: {row.replicas} × {row.shape} "
+            f"({count} {shape.accelerator if shape else '?'})"
         )
     return [
         {"region": region, "gpus": gpus[region], "allocations": lines}
@@ -43,11 +44,11 @@ def _region_lines(problem: Mapping[str, Any], solution: Mapping[str, Any]) -> li
     ]
 
 
-def _planner_account(problem: Mapping[str, Any], solution: Mapping[str, Any]) -> list[str]:
+def _planner_account(problem: Problem, solution: Solution) -> list[str]:
     """The planner's own account of the plan (``planner.placement.explain``): the plan in one
     line, each tenant's shortfall, the binding rows. The price of each promise is left out:
     it costs two more solves, which a re-plan's time budget does not hold."""
-    return explain(problem, solution, promise_prices=False).lines()
+    return explain(problem, solution.to_json(), promise_prices=False).lines()
 
 
 def verification_sentences(verification: Mapping[str, Any]) -> list[str]:
@@ -100,8 +101,8 @@ def verification_sentences(verification: Mapping[str, Any]) -> list[str]:
 def plan_explanation(
     *,
     version: int,
-    problem: Mapping[str, Any],
-    solution: Mapping[str, Any],
+    problem: Problem | None,
+    solution: Solution,
     planned_requests_per_s: float,
     diff: Mapping[str, Any],
     stale: Sequence[Mapping[str, Any]],
@@ -111,20 +112,21 @@ def plan_explanation(
     trigger: str = "",
 ) -> dict[str, Any]:
     """The explanation document of plan ``version`` (JSON-serialisable); ``trigger`` says
-    what requested the re-plan (``services.trigger_sentence``)."""
-    if solution.get("status") == "invalid":
-        headline = f"Plan v{version}: the problem was invalid: {solution.get('message', '?')}"
+    what requested the re-plan (``services.trigger_sentence``); ``problem`` is None when it
+    was invalid (the solution then says why)."""
+    if problem is None or solution.is_invalid:
+        headline = f"Plan v{version}: the problem was invalid: {solution.message or '?'}"
     else:
         gpus = sum(r["gpus"] for r in _region_lines(problem, solution))
-        unserved = float(solution.get("unserved_requests_per_s", 0.0))
+        unserved = float(solution.unserved_requests_per_s or 0.0)
         served = (
             f"all {planned_requests_per_s:.2f} req/s planned served"
             if unserved <= 0
             else f"{unserved:.2f} of {planned_requests_per_s:.2f} req/s planned left unserved"
         )
         headline = (
-            f"Plan v{version}: {len(solution.get('replicas', []))} allocations, {gpus} GPUs, "
-            f"{float(solution.get('cost_per_hour', 0.0)):.2f} $/h; {served}."
+            f"Plan v{version}: {len(solution.replicas)} allocations, {gpus} GPUs, "
+            f"{float(solution.cost_per_hour or 0.0):.2f} $/h; {served}."
         )
     sources = forecast.sources
     if sources.get("telemetry"):
@@ -138,25 +140,25 @@ def plan_explanation(
     out: dict[str, Any] = {
         "headline": headline,
         "decision": decision,
-        "regions": _region_lines(problem, solution),
+        "regions": _region_lines(problem, solution) if problem is not None else [],
         "unserved": [
-            f"{row['demand']} (tenant {row.get('tenant', '?')}, priority "
-            f"{row.get('priority', 0)}): {float(row['requests_per_s']):.3g} req/s"
-            for row in solution.get("unserved", [])
+            f"{row.demand} (tenant {row.tenant}, priority "
+            f"{row.priority}): {float(row.requests_per_s):.3g} req/s"
+            for row in solution.unserved
         ],
-        "binding": list(solution.get("binding", [])),
+        "binding": list(solution.binding),
         "stale_figures": stale_sentences(stale),
         "demand": [sizing, *forecast.notes],
         "changes": diff_lines(diff),
         "warnings": list(warnings),
     }
-    if solution.get("status") != "invalid":
+    if problem is not None and not solution.is_invalid:
         out["planner"] = _planner_account(problem, solution)
         out["excluded_shapes"] = [
-            f"{row['shape']} is not eligible for {row['demand']}: {row['reason']}."
-            for row in solution.get("excluded_shapes", [])
+            f"{row.shape} is not eligible for {row.demand}: {row.reason}."
+            for row in solution.excluded_shapes or ()
         ]
-        out["verification"] = verification_sentences(solution.get("verification") or {})
+        out["verification"] = verification_sentences(solution.verification or {})
     if trigger:
         out["trigger"] = trigger
     return out

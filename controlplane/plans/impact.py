@@ -97,10 +97,9 @@ def drift_solves(
         # Solved as the re-plan solves: verified by replay, loads raised until it holds, so
         # the alert's "after" is what the re-plan will pay.
         problem, solution = solve_and_verify(with_previous(edge.problem, active), settings=settings)
-        if solution.get("status") == "invalid":
-            raise DriftNotPriced(
-                f"the placement problem is invalid: {solution.get('message', '?')}"
-            )
+        typed = selectors.read_solution(solution)
+        if typed.is_invalid:
+            raise DriftNotPriced(f"the placement problem is invalid: {typed.message or '?'}")
         solved.append(problem)
         solutions.append(solution)
     problems = (solved[0], solved[1])
@@ -159,13 +158,9 @@ def _shares(
     after, and its share of the summed change."""
     demands: dict[str, set[str]] = defaultdict(set)
     for problem in problems:
-        for demand in problem["demands"]:
-            if (
-                demand["model"] == model
-                and demand["home_region"] == region
-                and demand.get("tenant") in tenants
-            ):
-                demands[str(demand["tenant"])].add(str(demand["id"]))
+        for demand in selectors.read_problem(problem).demands:
+            if demand.model == model and demand.home_region == region and demand.tenant in tenants:
+                demands[demand.tenant].add(demand.id)
     loads = {
         tenant: (
             math.fsum(old.demand_load.get(d, 0.0) for d in demands[tenant]),

@@ -201,6 +201,10 @@ class WhatIfJob(Job):
     )
     created_at = models.DateTimeField(default=timezone.now)
 
+    # Not stored: the queued jobs ahead of this one when it was submitted, which the submit
+    # counts anyway (``whatif_jobs.queue_position`` reads it instead of counting again).
+    queue_ahead: int | None = None
+
     class Meta:
         ordering = ["-created_at", "-pk"]
         indexes = [models.Index(fields=["status", "created_at"], name="whatif_status_created")]

@@ -18,6 +18,7 @@ from django.conf import settings
 from controlplane.fleet.models import (
     AcceleratorType,
     CapacityFigure,
+    HostedProvider,
     Region,
     RegionLink,
     ReplicaShape,
@@ -110,7 +111,7 @@ def problem_export(
         if _demand_has_shape(d, served_models, say)
     ]
 
-    return {
+    document: dict[str, Any] = {
         "format": PROBLEM_FORMAT,
         "target_utilization": _num(default_target),
         "regions": regions,
@@ -120,6 +121,77 @@ def problem_export(
         "rtt_ms": rtt,
         "demands": demands,
     }
+    hosted = _hosted(demands)
+    if hosted:
+        # Only then: a fleet without hosted providers keeps the documents (and the inputs
+        # hash) it had.
+        document["hosted"] = hosted
+    return document
+
+
+def _hosted(demands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The enabled hosted providers serving a model some demand asks for, as the format's
+    ``hosted`` rows."""
+    wanted = {str(d["model"]) for d in demands}
+    rows = []
+    for provider in (
+        HostedProvider.objects.filter(enabled=True)
+        .select_related("region")
+        .prefetch_related("served_models")
+        .order_by("name")
+    ):
+        served = sorted(m.name for m in provider.served_models.all() if m.name in wanted)
+        if not served:
+            continue
+        row: dict[str, Any] = {
+            "name": provider.name,
+            "region": provider.region.name,
+            "models": served,
+            "input_price_per_mtok": _num(provider.input_price_per_mtok),
+            "output_price_per_mtok": _num(provider.output_price_per_mtok),
+            "tpm_limit": provider.tpm_limit,
+            "p95_ttft_s": _num(provider.p95_ttft_s),
+        }
+        if provider.rpm_limit is not None:
+            row["rpm_limit"] = provider.rpm_limit
+        rows.append(row)
+    return rows
+
+
+# The builder's own document, read back where a re-plan needs a few names from it before it
+# is solved (the typed ``Problem`` exists only for a valid document; these hold for any).
+
+
+def _rows(document: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    rows = document.get(key)
+    return [row for row in rows if isinstance(row, Mapping)] if isinstance(rows, list) else []
+
+
+def problem_shape_names(document: Mapping[str, Any]) -> list[str]:
+    """The names of the document's shapes, in its order."""
+    return [str(row["name"]) for row in _rows(document, "shapes") if "name" in row]
+
+
+def problem_zone_names(document: Mapping[str, Any]) -> list[str]:
+    """The names of every zone of the document's regions."""
+    out: list[str] = []
+    for row in _rows(document, "regions"):
+        zones = row.get("zones")
+        if isinstance(zones, list):
+            out.extend(str(zone) for zone in zones)
+    return out
+
+
+def problem_demand_ids(document: Mapping[str, Any]) -> list[str]:
+    """The ids of the document's demands, in its order."""
+    return [str(row.get("id")) for row in _rows(document, "demands")]
+
+
+def problem_with_demands(
+    document: Mapping[str, Any], change: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+) -> dict[str, Any]:
+    """A copy of the document with each demand row replaced by ``change(row)``."""
+    return {**document, "demands": [change(row) for row in _rows(document, "demands")]}
 
 
 def planning_shapes(
@@ -209,6 +281,8 @@ def _demands(
             demand["max_spill_rtt_ms"] = _num(tenant.max_spill_rtt_ms)
         demand["promise"] = tier.failure_promise
         demand["priority"] = tier.priority
+        if tier.hosted_overflow:
+            demand["hosted_overflow"] = True
         demands.append(demand)
     demands.sort(key=lambda d: str(d["id"]))
     return demands

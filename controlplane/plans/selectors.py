@@ -1,5 +1,12 @@
-"""Reads for plans: the active and newest plans, the capacity figures a problem rests on, and
-a plan's summary for the terminal."""
+"""Reads for plans: the active and newest plans, a plan's typed problem and solution, the
+capacity figures a problem rests on, and a plan's summary for the terminal.
+
+A plan stores its problem and solution as the JSON documents of ``docs/placement-format.md``
+(``Plan.problem``, ``Plan.solution``). Everything outside this app reads them through
+``plan_problem`` and ``plan_solution`` here, as the planner's typed ``Problem`` and
+``Solution``; the import contract "Only controlplane.plans reads the placement documents"
+(pyproject.toml) keeps the other apps off the planner's parsers.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +21,33 @@ from django.db.models import QuerySet
 from controlplane.fleet.models import ReplicaShape
 from controlplane.fleet.selectors import planning_figures
 from controlplane.plans.models import Plan, ReplanRun
+from planner.errors import PlannerInputError
+from planner.placement.problem import Demand, Problem, ProblemInvalid, parse_problem
+from planner.placement.solution import (
+    ReplicaRow,
+    RouteRow,
+    Solution,
+    SolutionInvalid,
+    UnservedRow,
+    parse_solution,
+)
+
+__all__ = [
+    "Demand",
+    "Problem",
+    "ProblemInvalid",
+    "ReplicaRow",
+    "RouteRow",
+    "Solution",
+    "SolutionInvalid",
+    "UnservedRow",
+    "plan_active",
+    "plan_problem",
+    "plan_problem_or_error",
+    "plan_solution",
+    "read_problem",
+    "read_solution",
+]
 
 # A plan's stored documents: hundreds of kilobytes each on a large fleet. Reads that show a
 # plan's figures, or whose derived values are memoised per plan (``core.memo``), defer them;
@@ -50,6 +84,65 @@ def plan_active(*, for_update: bool = False) -> Plan | None:
     if for_update:
         rows = rows.select_for_update()
     return rows.first()
+
+
+def _parsed(plan: Plan, name: str, parse: Any) -> Any:
+    """``parse`` of the plan's document ``name``, kept on the instance while the document is
+    the same object (a stored document is hundreds of kilobytes on a large fleet)."""
+    document = getattr(plan, name)
+    cache: dict[str, tuple[object, Any]] = plan.__dict__.setdefault("_typed_documents", {})
+    held = cache.get(name)
+    if held is not None and held[0] is document:
+        return held[1]
+    parsed = parse(document)
+    cache[name] = (document, parsed)
+    return parsed
+
+
+def read_problem(document: object) -> Problem:
+    """A problem document (one the plans app built, or a variant of a plan's) read as the
+    planner's typed ``Problem``; raises ``ProblemInvalid`` naming the field."""
+    return parse_problem(document)
+
+
+def read_solution(document: object) -> Solution:
+    """A solution document (``planner.placement.solve``'s) read as a typed ``Solution``;
+    raises ``SolutionInvalid`` naming the field."""
+    return parse_solution(document)
+
+
+def plan_problem(plan: Plan) -> Problem:
+    """The problem ``plan`` solved, typed. Raises ``ProblemInvalid`` naming the field when the
+    stored document is not a valid problem (a plan the planner made always has one)."""
+    problem: Problem = _parsed(plan, "problem", parse_problem)
+    return problem
+
+
+def plan_problem_or_error(plan: Plan) -> tuple[Problem | None, str]:
+    """The plan's typed problem, or None and why it could not be read."""
+    try:
+        return plan_problem(plan), ""
+    except PlannerInputError as error:
+        return None, str(error)
+
+
+def plan_solution(plan: Plan) -> Solution:
+    """The plan's solution, typed. Raises ``SolutionInvalid`` naming the field when the stored
+    document is not a solution."""
+    solution: Solution = _parsed(plan, "solution", parse_solution)
+    return solution
+
+
+def active_problem() -> Problem | None:
+    """The active plan's typed problem (None: no plan is active)."""
+    plan = plan_active()
+    return None if plan is None else plan_problem(plan)
+
+
+def active_solution() -> Solution | None:
+    """The active plan's typed solution (None: no plan is active)."""
+    plan = plan_active()
+    return None if plan is None else plan_solution(plan)
 
 
 def plan_newest() -> Plan | None:
@@ -112,7 +205,7 @@ def plan_summary(plan: Plan) -> str:
         f"trigger {plan.trigger}), inputs {plan.inputs_hash[:12]}",
     ]
     if plan.solver_status == Plan.SolverStatus.INVALID:
-        lines.append(f"  The problem was invalid: {plan.solution.get('message', '?')}")
+        lines.append(f"  The problem was invalid: {plan_solution(plan).message or '?'}")
         return "\n".join(lines)
     gap = f", gap {plan.gap:.2%}" if plan.gap else ""
     lines.append(
@@ -141,13 +234,12 @@ def plan_summary(plan: Plan) -> str:
                 f"  {r.zone} × {r.shape} × {r.replicas} ({r.replicas * r.gpus_per_replica} "
                 f"{r.accelerator})"
             )
-    unserved = plan.solution.get("unserved", [])
+    unserved = plan_solution(plan).unserved
     if unserved:
         lines.append("Unserved:")
-        for row in unserved:
+        for missed in unserved:
             lines.append(
-                f"  {row['demand']} (priority {row.get('priority', 0)}): "
-                f"{float(row['requests_per_s']):.3g} req/s"
+                f"  {missed.demand} (priority {missed.priority}): {missed.requests_per_s:.3g} req/s"
             )
     if plan.binding:
         lines.append("Binding:")

@@ -9,7 +9,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.core.serializers import StrictCharField, StrictFieldsMixin, read_only_by
+from controlplane.plans.demand import plan_demand_sources
 from controlplane.plans.models import Plan, PlanAllocation, PlanRouting, ReplanRun
+from controlplane.plans.selectors import plan_problem_or_error, plan_solution
 
 
 class PlanAllocationSerializer(serializers.ModelSerializer[PlanAllocation]):
@@ -95,30 +97,42 @@ class VerificationSerializer(serializers.Serializer[dict[str, Any]]):
     rounds = serializers.IntegerField(help_text="Solves it took.")
 
 
+def _unserved_rows(plan: Plan) -> list[dict[str, Any]]:
+    """The plan's unserved rows as the solution document has them."""
+    return [
+        {
+            "demand": row.demand,
+            "tenant": row.tenant,
+            "priority": row.priority,
+            "requests_per_s": row.requests_per_s,
+        }
+        for row in plan_solution(plan).unserved
+    ]
+
+
 def verification_document(plan: Plan, tenant: str | None = None) -> dict[str, Any]:
     """The plan's verification as the API shows it, cut to ``tenant``'s demands if given."""
-    solution = plan.solution or {}
-    stored = solution.get("verification") or {}
+    solution = plan_solution(plan)
+    stored = solution.verification or {}
     demands = list(stored.get("demands", []))
     tenants = list(stored.get("tenants", []))
-    excluded = list(solution.get("excluded_shapes", []))
+    excluded = list(solution.excluded_shapes or ())
     raised = dict(stored.get("raised", {}))
     if tenant is not None:
-        mine = {
-            str(d["id"])
-            for d in (plan.problem or {}).get("demands", [])
-            if d.get("tenant") == tenant
-        }
+        problem, _ = plan_problem_or_error(plan)
+        mine = {d.id for d in problem.demands if d.tenant == tenant} if problem else set()
         demands = [v for v in demands if v.get("tenant") == tenant]
         tenants = [v for v in tenants if v.get("tenant") == tenant]
-        excluded = [row for row in excluded if row.get("demand") in mine]
+        excluded = [row for row in excluded if row.demand in mine]
         raised = {k: v for k, v in raised.items() if k in mine}
     out: dict[str, Any] = {
         "replayed": bool(stored.get("replayed")),
         "holds": stored.get("holds") if stored.get("replayed") else None,
         "tenants": tenants,
         "demands": demands,
-        "excluded_shapes": excluded,
+        "excluded_shapes": [
+            {"demand": row.demand, "shape": row.shape, "reason": row.reason} for row in excluded
+        ],
         "raised": raised,
         "rounds": len(stored.get("rounds", [])),
     }
@@ -176,7 +190,26 @@ _PLAN_TENANT_FIELDS = (
     "unserved",
     "verification",
 )
-_PLAN_FLEET_DOCUMENTS = ("binding", "stale_figures", "forecast_band", "diff", "explanation")
+_PLAN_FLEET_DOCUMENTS = (
+    "binding",
+    "stale_figures",
+    "forecast_band",
+    "profile_sources",
+    "diff",
+    "explanation",
+)
+
+
+class ProfileSourcesSerializer(serializers.Serializer[dict[str, Any]]):
+    declared = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Demand ids sized from their declared workload profiles (no telemetry rate "
+        "history, or too little for the forecast).",
+    )
+    telemetry = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Demand ids sized from the telemetry forecast.",
+    )
 
 
 class PlanDetailSerializer(PlanSerializer):
@@ -199,10 +232,19 @@ class PlanDetailSerializer(PlanSerializer):
     routing = PlanRoutingSerializer(many=True, read_only=True)
     unserved = serializers.SerializerMethodField()
     verification = serializers.SerializerMethodField()
+    profile_sources = serializers.SerializerMethodField()
 
     class Meta(PlanSerializer.Meta):
         fields = (*_PLAN_TENANT_FIELDS, *_PLAN_FLEET_DOCUMENTS)
         read_only_fields = fields
+
+    @extend_schema_field(ProfileSourcesSerializer)
+    def get_profile_sources(self, plan: Plan) -> dict[str, list[str]]:
+        """Which demands were sized from declared profiles and which from telemetry."""
+        band = plan.forecast_band or {}
+        # The problem (deferred in the detail) is read only for a plan stored before its band
+        # listed the demands by source.
+        return plan_demand_sources(band, None if "demand_sources" in band else plan.problem)
 
     @extend_schema_field(VerificationSerializer)
     def get_verification(self, plan: Plan) -> dict[str, Any]:
@@ -212,8 +254,7 @@ class PlanDetailSerializer(PlanSerializer):
 
     def get_unserved(self, plan: Plan) -> list[dict[str, Any]]:
         """Demands left (partly) unserved, requests/s in planned units."""
-        rows: list[dict[str, Any]] = list((plan.solution or {}).get("unserved", []))
-        return rows
+        return _unserved_rows(plan)
 
 
 class PlanTenantDetailSerializer(PlanSerializer):
@@ -251,8 +292,7 @@ class PlanTenantDetailSerializer(PlanSerializer):
 
     def get_unserved(self, plan: Plan) -> list[dict[str, Any]]:
         tenant = self.context["tenant"]
-        rows = (plan.solution or {}).get("unserved", [])
-        return [dict(row) for row in rows if row.get("tenant") == tenant]
+        return [row for row in _unserved_rows(plan) if row["tenant"] == tenant]
 
 
 class ReplanRunSerializer(serializers.ModelSerializer[ReplanRun]):

@@ -28,6 +28,7 @@ stores one plan. Ordinary errors mark the run FAILED and release the lock.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -50,6 +51,7 @@ from controlplane.core.tasks import job_send_on_commit
 from controlplane.plans import lock, selectors
 from controlplane.plans.conf import ReplanSettings, replan_settings
 from controlplane.plans.demand import (
+    SOURCE_DECLARED,
     DemandForecast,
     demand_forecast,
     history_window,
@@ -59,11 +61,19 @@ from controlplane.plans.demand import (
 from controlplane.plans.diff import PlanDocuments, plan_diff, serves_less
 from controlplane.plans.explanation import plan_explanation, stale_sentences
 from controlplane.plans.models import Plan, PlanAllocation, PlanDecision, PlanRouting, ReplanRun
-from controlplane.plans.problem import problem_export
+from controlplane.plans.problem import (
+    problem_demand_ids,
+    problem_export,
+    problem_shape_names,
+    problem_with_demands,
+    problem_zone_names,
+)
+from controlplane.plans.selectors import Demand, Problem, ProblemInvalid, Solution
 from controlplane.plans.signals import plan_activated
 from controlplane.policies.models import WorkloadProfile
 from controlplane.telemetry import traces
 from controlplane.telemetry.models import DriftAlert, RequestTrace
+from controlplane.telemetry.selectors import last_pull_with_samples
 from planner import placement
 from planner.errors import PlannerInputError
 from planner.placement import verified
@@ -84,7 +94,8 @@ LOCK_POLL_S = 0.5
 NOTHING_TO_PLAN = "Nothing to plan:"
 PROBLEM_INVALID = "The placement problem is invalid:"
 INPUTS_REFUSED = "The planning inputs are outside what the planner can use:"
-STATED_FAILURES = (NOTHING_TO_PLAN, PROBLEM_INVALID, INPUTS_REFUSED)
+TELEMETRY_MISSING = "Telemetry is required but missing:"
+STATED_FAILURES = (NOTHING_TO_PLAN, PROBLEM_INVALID, INPUTS_REFUSED, TELEMETRY_MISSING)
 
 
 class LockLost(Exception):
@@ -104,6 +115,9 @@ class ReplanInputs:
     forecast: DemandForecast
     stale_figures: list[dict[str, Any]]
     warnings: list[str]
+    #: ``problem`` read as the planner's typed ``Problem``; None when it is invalid (the
+    #: re-plan still stores it, with the solver's reason, as an invalid plan).
+    parsed: Problem | None = None
 
 
 def problem_inputs_hash(problem: Mapping[str, Any]) -> str:
@@ -138,12 +152,18 @@ def replan_inputs(
         problem=exported, now=now, settings=settings, history=rate_history(start=start, end=end)
     )
     problem = forecast.problem
+    try:
+        parsed: Problem | None = selectors.read_problem(problem)
+    except ProblemInvalid:
+        parsed = None
+    shape_names = [s.name for s in parsed.shapes] if parsed else problem_shape_names(problem)
     return ReplanInputs(
         problem=problem,
         inputs_hash=problem_inputs_hash(problem),
         forecast=forecast,
-        stale_figures=selectors.stale_figures(shape_names=[s["name"] for s in problem["shapes"]]),
+        stale_figures=selectors.stale_figures(shape_names=shape_names),
         warnings=warnings,
+        parsed=parsed,
     )
 
 
@@ -154,8 +174,8 @@ def with_previous(problem: Mapping[str, Any], active: Plan | None) -> dict[str, 
     out = dict(problem)
     if active is None:
         return out
-    zones = {z for r in problem.get("regions", []) for z in r.get("zones", [])}
-    shapes = {s["name"] for s in problem.get("shapes", [])}
+    zones = set(problem_zone_names(problem))
+    shapes = set(problem_shape_names(problem))
     out["previous"] = [
         {"zone": row.zone, "shape": row.shape, "replicas": row.replicas}
         for row in active.allocations.all()
@@ -309,10 +329,14 @@ def _solve(
 def demand_traffic(problem: Mapping[str, Any]) -> dict[str, Traffic]:
     """The request logs a re-plan replays: each demand that names a stored ``request_trace``
     (a telemetry profile with an imported log), as ``planner.placement.replay.Traffic``."""
+    try:
+        demands = selectors.read_problem(problem).demands
+    except ProblemInvalid:  # an invalid problem is not solved, so nothing is replayed
+        return {}
     ids = {
-        int(d["request_trace"]): str(d["id"])
-        for d in problem.get("demands", [])
-        if isinstance(d.get("request_trace"), int)
+        d.request_trace: d.id
+        for d in demands
+        if isinstance(d.request_trace, int) and not isinstance(d.request_trace, bool)
     }
     out: dict[str, Traffic] = {}
     for trace in RequestTrace.objects.filter(pk__in=ids):
@@ -336,9 +360,11 @@ def solve_and_verify(
     the problem as solved (raised bursts in it) and the solution, whose ``verification``
     holds the replay's verdicts."""
     if not settings.replay_verify:
-        solution = _solve(problem, time_limit_s=settings.time_limit_s, settings=settings)
-        solution["verification"] = {"replayed": False, "holds": None, "disabled": True}
-        return dict(problem), solution
+        solved = selectors.read_solution(
+            _solve(problem, time_limit_s=settings.time_limit_s, settings=settings)
+        )
+        off = {"replayed": False, "holds": None, "disabled": True}
+        return dict(problem), dataclasses.replace(solved, verification=off).to_json()
     result = verified.solve_verified(
         problem,
         demand_traffic(problem),
@@ -347,18 +373,22 @@ def solve_and_verify(
         time_limit_s=settings.time_limit_s,
         solver=lambda document, limit_s: _solve(document, time_limit_s=limit_s, settings=settings),
     )
-    solution = dict(result.solution)
-    if solution.get("status") != "invalid":
-        solution["verification"] = result.verification()
-    return result.problem, solution
+    solved = selectors.read_solution(result.solution)
+    if solved.is_invalid:
+        return result.problem, solved.to_json()
+    return result.problem, dataclasses.replace(solved, verification=result.verification()).to_json()
 
 
 def _replan(*, run: ReplanRun, holder: str, settings: ReplanSettings) -> None:
     inputs = replan_inputs(settings=settings)
-    if not inputs.problem.get("demands"):
+    if not (inputs.parsed.demands if inputs.parsed else problem_demand_ids(inputs.problem)):
         # With no demand the solver returns an "optimal" plan of 0 replicas; activating it
         # would scale the fleet to nothing without anyone deciding so.
         _finish(run_id=run.pk, status=ReplanRun.Status.FAILED, error=nothing_to_plan(inputs))
+        return
+    missing = telemetry_missing(inputs, settings=settings)
+    if missing:
+        _finish(run_id=run.pk, status=ReplanRun.Status.FAILED, error=missing)
         return
     newest = selectors.plan_newest()
     if newest is not None and newest.inputs_hash == inputs.inputs_hash:
@@ -391,6 +421,31 @@ def _replan(*, run: ReplanRun, holder: str, settings: ReplanSettings) -> None:
             _finish(run_id=run.pk, status=ReplanRun.Status.SUCCEEDED, plan=plan)
 
 
+def telemetry_missing(
+    inputs: ReplanInputs, *, settings: ReplanSettings, now: datetime | None = None
+) -> str:
+    """Why the re-plan may not size demands from declared profiles, or "" when it may: with
+    ``HEADROOM_REPLAN_REQUIRE_TELEMETRY`` on, once a telemetry pull has stored samples, every
+    demand must be sized from telemetry (the error names those that are not)."""
+    declared = inputs.forecast.demand_sources.get(SOURCE_DECLARED, [])
+    if not settings.require_telemetry or not declared:
+        return ""
+    pull = last_pull_with_samples(before=now or timezone.now())
+    if pull is None:
+        return ""
+    shown = ", ".join(declared[:20]) + (
+        f" and {len(declared) - 20} more" if len(declared) > 20 else ""
+    )
+    return (
+        f"{TELEMETRY_MISSING} {len(declared)} of {len(inputs.problem.get('demands', []))} "
+        f"demands have no telemetry rate history to size them from (or too little for the "
+        f"forecast): {shown}. Telemetry was last pulled at "
+        f"{(pull.finished_at or pull.started_at):%Y-%m-%d %H:%M} UTC ({pull.bucket_s} s "
+        "buckets). HEADROOM_REPLAN_REQUIRE_TELEMETRY is on, so no plan was made from their "
+        "declared profiles: check that the pull covers these tenants, models and regions."
+    )
+
+
 def nothing_to_plan(inputs: ReplanInputs) -> str:
     """Why a problem without demands makes no plan, with the export's warnings."""
     text = (
@@ -412,26 +467,27 @@ def with_replay_raises(
     factor on each demand's burst) and the shapes it excluded excluded, so that the edges
     price the same latency promise as the plan instead of the linear model's alone."""
     raised = {
-        str(d["id"]): d
-        for d in verified_problem.get("demands", [])
-        if "burst_before_replay" in d or d.get("excluded_shapes")
+        d.id: d
+        for d in selectors.read_problem(verified_problem).demands
+        if d.burst_before_replay is not None or d.excluded_shapes
     }
     if not raised:
         return dict(edge)
-    demands = []
-    for row in edge.get("demands", []):
-        verified_row = raised.get(str(row["id"]))
-        if verified_row is None:
-            demands.append(row)
-            continue
-        out = dict(row)
-        if "burst_before_replay" in verified_row:
-            factor = float(verified_row["burst"]) / float(verified_row["burst_before_replay"])
-            out["burst"] = float(f"{float(row.get('burst', 1.0)) * factor:.6g}")
-        if verified_row.get("excluded_shapes"):
-            out["excluded_shapes"] = list(verified_row["excluded_shapes"])
-        demands.append(out)
-    return {**edge, "demands": demands}
+    return problem_with_demands(edge, lambda row: _raise_like(row, raised))
+
+
+def _raise_like(row: Mapping[str, Any], raised: Mapping[str, Demand]) -> Mapping[str, Any]:
+    """An edge's demand row with its verified twin's replay raise and exclusions."""
+    verified_row = raised.get(str(row.get("id")))
+    if verified_row is None:
+        return row
+    out = dict(row)
+    if verified_row.burst_before_replay is not None:
+        factor = verified_row.burst / verified_row.burst_before_replay
+        out["burst"] = float(f"{float(row.get('burst', 1.0)) * factor:.6g}")
+    if verified_row.excluded_shapes:
+        out["excluded_shapes"] = list(verified_row.excluded_shapes)
+    return out
 
 
 def _band(
@@ -445,35 +501,38 @@ def _band(
     replicas). Where no demand has history the edges are the planned problem itself and its
     solution is reused."""
     band = forecast.band_summary()
-    if solution.get("status") == "invalid":
+    planned = selectors.read_solution(solution)
+    if planned.is_invalid:
         return band
     edges = (("low", forecast.low), ("high", forecast.high))
     for edge, edge_problem in edges:
         if edge_problem is None:
-            edge_solution: Mapping[str, Any] = solution
+            edge_solution = planned
         else:
             # The plan's own replicas as the previous plan: the solver starts from them, so
             # within the short limit the low edge (less demand, which the plan's replicas
             # already carry) is not priced above the plan, and the high edge starts near it.
             warm = [
-                {"zone": r["zone"], "shape": r["shape"], "replicas": r["replicas"]}
-                for r in solution.get("replicas", [])
-                if int(r["replicas"]) > 0
+                {"zone": r.zone, "shape": r.shape, "replicas": r.replicas}
+                for r in planned.replicas
+                if r.replicas > 0
             ]
-            edge_solution = _solve(
-                {**with_replay_raises(edge_problem, problem), "previous": warm},
-                time_limit_s=settings.band_time_limit_s,
-                settings=settings,
+            edge_solution = selectors.read_solution(
+                _solve(
+                    {**with_replay_raises(edge_problem, problem), "previous": warm},
+                    time_limit_s=settings.band_time_limit_s,
+                    settings=settings,
+                )
             )
         band[edge].update(
             {
                 # False: no demand has rate history, the edge is the planned problem itself.
                 "solved": edge_problem is not None,
-                "cost_per_hour": edge_solution.get("cost_per_hour"),
-                "unserved_requests_per_s": edge_solution.get("unserved_requests_per_s"),
+                "cost_per_hour": edge_solution.cost_per_hour,
+                "unserved_requests_per_s": edge_solution.unserved_requests_per_s,
                 "planned_requests_per_s": planned_requests_per_s(edge_problem or problem),
-                "solver_status": edge_solution.get("status"),
-                "gap": edge_solution.get("gap"),
+                "solver_status": edge_solution.status,
+                "gap": edge_solution.gap,
             }
         )
     return band
@@ -498,18 +557,21 @@ def plan_store(
     """
     version = (Plan.objects.aggregate(top=Max("version"))["top"] or 0) + 1
     active = selectors.plan_active(for_update=True)
+    typed = selectors.read_solution(solution)
+    invalid = typed.is_invalid
+    # A valid plan's problem is the one its solution solved: it always reads.
+    typed_problem = None if invalid else selectors.read_problem(problem)
     diff = plan_diff(
-        before=PlanDocuments(active.problem, active.solution) if active else None,
-        after=PlanDocuments(problem, solution),
+        before=PlanDocuments.of(active) if active else None,
+        after=PlanDocuments(typed_problem, typed),
         before_version=active.version if active else None,
     )
-    invalid = solution.get("status") == "invalid"
     if invalid:
         state, decision = Plan.State.PROPOSED, "Not activated: the problem was invalid."
-    elif replay_misses(solution):
+    elif replay_misses(typed):
         state = Plan.State.AWAITING_APPROVAL
         decision = (
-            f"Awaiting approval: {replay_misses(solution)}; re-solving with raised loads did not "
+            f"Awaiting approval: {replay_misses(typed)}; re-solving with raised loads did not "
             "close it. A policy admin must approve it."
         )
     elif serves_less(diff):
@@ -523,20 +585,24 @@ def plan_store(
     else:
         state = Plan.State.PROPOSED
         decision = f"Activated: serves every demand at least as well as plan v{active.version}."
-    planned = planned_requests_per_s(problem)
-    binding = [*solution.get("binding", []), *stale_sentences(inputs.stale_figures)]
+    planned = (
+        sum(d.planned_requests_per_s for d in typed_problem.demands)
+        if typed_problem is not None
+        else planned_requests_per_s(problem)
+    )
+    binding = [*typed.binding, *stale_sentences(inputs.stale_figures)]
     plan = Plan(
         version=version,
         inputs_hash=inputs.inputs_hash,
         state=state,
-        solver_status=solution["status"],
+        solver_status=typed.status,
         trigger=run.trigger,
         problem=problem,
         solution=solution,
         explanation=plan_explanation(
             version=version,
-            problem=problem,
-            solution=solution,
+            problem=typed_problem,
+            solution=typed,
             planned_requests_per_s=planned,
             diff=diff,
             stale=inputs.stale_figures,
@@ -545,11 +611,11 @@ def plan_store(
             decision=decision,
             trigger=trigger_sentence(run),
         ),
-        cost_per_hour=None if invalid else float(solution["cost_per_hour"]),
-        gap=None if invalid else float(solution["gap"]),
-        solve_seconds=float(solution.get("solve_seconds", 0.0)),
+        cost_per_hour=None if invalid else float(typed.cost_per_hour or 0.0),
+        gap=None if invalid else float(typed.gap or 0.0),
+        solve_seconds=float(typed.solve_seconds or 0.0),
         planned_requests_per_s=planned,
-        unserved_requests_per_s=0.0 if invalid else float(solution["unserved_requests_per_s"]),
+        unserved_requests_per_s=0.0 if invalid else float(typed.unserved_requests_per_s or 0.0),
         binding=binding,
         stale_figures=inputs.stale_figures,
         forecast_band=band,
@@ -558,17 +624,17 @@ def plan_store(
     )
     plan.full_clean()
     plan.save()
-    if not invalid:
-        _store_rows(plan=plan, problem=problem, solution=solution)
+    if typed_problem is not None:
+        _store_rows(plan=plan, problem=typed_problem, solution=typed)
         if state == Plan.State.PROPOSED:
             plan = plan_activate(plan=plan)
     return plan
 
 
-def replay_misses(solution: Mapping[str, Any]) -> str:
+def replay_misses(solution: Solution) -> str:
     """A sentence naming the tenants whose replay misses their TTFT objective; empty when
     the plan was not replayed or holds."""
-    verification = solution.get("verification") or {}
+    verification = solution.verification or {}
     if not verification.get("replayed") or verification.get("holds"):
         return ""
     missing = [v for v in verification.get("tenants", []) if v.get("holds") is False]
@@ -591,45 +657,38 @@ def trigger_sentence(run: ReplanRun) -> str:
     return f"{text} {run.reason}" if run.reason else text
 
 
-def _store_rows(*, plan: Plan, problem: Mapping[str, Any], solution: Mapping[str, Any]) -> None:
-    zone_region = {z: r["name"] for r in problem["regions"] for z in r.get("zones", [])}
-    multiplier = {r["name"]: float(r.get("price_multiplier", 1.0)) for r in problem["regions"]}
-    price = {a["name"]: float(a["price_per_gpu_hour"]) for a in problem["accelerators"]}
-    shapes = {s["name"]: s for s in problem["shapes"]}
+def _store_rows(*, plan: Plan, problem: Problem, solution: Solution) -> None:
     allocations = []
-    for row in solution.get("replicas", []):
-        if int(row["replicas"]) <= 0:
+    for row in solution.replicas:
+        if row.replicas <= 0:
             continue
-        shape = shapes[row["shape"]]
-        region = zone_region[row["zone"]]
-        gpus = int(shape["gpus"])
+        shape = problem.shape(row.shape)
+        region = problem.region(problem.region_of_zone(row.zone))
+        price = problem.accelerator(shape.accelerator).price_per_gpu_hour
         allocations.append(
             PlanAllocation(
                 plan=plan,
-                region=region,
-                zone=row["zone"],
-                shape=row["shape"],
-                accelerator=shape["accelerator"],
-                gpus_per_replica=gpus,
-                replicas=int(row["replicas"]),
-                cost_per_hour=int(row["replicas"])
-                * gpus
-                * price[shape["accelerator"]]
-                * multiplier[region],
+                region=region.name,
+                zone=row.zone,
+                shape=row.shape,
+                accelerator=shape.accelerator,
+                gpus_per_replica=shape.gpus,
+                replicas=row.replicas,
+                cost_per_hour=row.replicas * shape.gpus * price * region.price_multiplier,
             )
         )
     PlanAllocation.objects.bulk_create(allocations)
-    tenants = {d["id"]: d.get("tenant", d["id"]) for d in problem.get("demands", [])}
+    tenants = {d.id: d.tenant for d in problem.demands}
     PlanRouting.objects.bulk_create(
         PlanRouting(
             plan=plan,
-            demand=row["demand"],
-            tenant=tenants.get(row["demand"], ""),
-            region=row["region"],
-            shape=row["shape"],
-            requests_per_s=float(row["requests_per_s"]),
+            demand=row.demand,
+            tenant=tenants.get(row.demand, ""),
+            region=row.region,
+            shape=row.shape,
+            requests_per_s=float(row.requests_per_s),
         )
-        for row in solution.get("routing", [])
+        for row in solution.routing
     )
 
 

@@ -13,8 +13,8 @@ Asked for from the web or the API, a preview runs as a job off the web worker
 (``controlplane.plans.whatif_jobs``); ``whatif_validate`` checks a change at once, before it
 is queued, and ``result_as_dict`` / ``result_from_dict`` store the result on the job's row.
 
-``whatif_apply`` saves the policy part (residency regions, tier) through ``tenant_save``, the
-service behind the admin and the API. Traffic and prompt length describe what a tenant sends;
+``whatif_apply`` saves the policy part (residency regions, tier, spill permission) through
+``tenant_save``, the service behind the admin and the API. Traffic and prompt length describe what a tenant sends;
 they are measured by telemetry, not set, so they are preview-only.
 """
 
@@ -34,7 +34,7 @@ from controlplane.fleet.models import Region
 from controlplane.plans import selectors
 from controlplane.plans.conf import replan_settings
 from controlplane.plans.diff import PlanDocuments, plan_diff
-from controlplane.plans.models import Plan
+from controlplane.plans.problem import problem_with_demands
 from controlplane.plans.services import Actor, ReplanInputs, _solve, replan_inputs, with_previous
 from controlplane.policies.models import Tenant, Tier
 from controlplane.policies.services import tenant_save
@@ -51,6 +51,9 @@ class WhatIfChange:
 
     ``residency_regions``: the region names its data may be served in (its residency list);
     ``tier``: the tier's name (its SLO, failure promise and priority come with it);
+    ``spill_allowed``: whether its traffic may be served outside the home region (the tenant's
+    spill permission); ``max_spill_rtt_ms``: the largest round trip spill may add (needed when
+    spill is allowed and the tenant has none);
     ``traffic_factor``: requests/s × k; ``prompt_tokens_delta``: tokens added to each request's
     prompt (negative to remove; a prompt never goes below 1 token).
     """
@@ -60,10 +63,17 @@ class WhatIfChange:
     tier: str | None = None
     traffic_factor: float = 1.0
     prompt_tokens_delta: float = 0.0
+    spill_allowed: bool | None = None
+    max_spill_rtt_ms: float | None = None
 
     @property
     def changes_policy(self) -> bool:
-        return self.residency_regions is not None or self.tier is not None
+        return (
+            self.residency_regions is not None
+            or self.tier is not None
+            or self.spill_allowed is not None
+            or self.max_spill_rtt_ms is not None
+        )
 
 
 @dataclass(frozen=True)
@@ -180,6 +190,10 @@ def _apply_policy(tenant: Tenant, change: WhatIfChange, reason: str = "") -> Ten
         if tier is None:
             raise ValidationError({"tier": f"No tier named {change.tier!r}."})
         tenant.tier = tier
+    if change.spill_allowed is not None:
+        tenant.spill_allowed = change.spill_allowed
+    if change.max_spill_rtt_ms is not None:
+        tenant.max_spill_rtt_ms = change.max_spill_rtt_ms
     regions = None if change.residency_regions is None else _regions(change.residency_regions)
     return tenant_save(tenant=tenant, residency_regions=regions)
 
@@ -209,25 +223,24 @@ def _changed_inputs(change: WhatIfChange) -> ReplanInputs:
 
 
 def _scaled(problem: Mapping[str, Any], change: WhatIfChange) -> dict[str, Any]:
-    demands = []
-    for demand in problem.get("demands", []):
-        if demand.get("tenant") == change.tenant:
-            demand = dict(demand)
-            demand["requests_per_s"] = float(demand["requests_per_s"]) * change.traffic_factor
-            demand["prompt_tokens"] = max(
-                1.0, float(demand["prompt_tokens"]) + change.prompt_tokens_delta
-            )
-        demands.append(demand)
-    return {**problem, "demands": demands}
+    def scale(demand: Mapping[str, Any]) -> Mapping[str, Any]:
+        if demand.get("tenant") != change.tenant:
+            return demand
+        out = dict(demand)
+        out["requests_per_s"] = float(demand["requests_per_s"]) * change.traffic_factor
+        out["prompt_tokens"] = max(1.0, float(demand["prompt_tokens"]) + change.prompt_tokens_delta)
+        return out
+
+    return problem_with_demands(problem, scale)
 
 
-def _by_region(
-    problem: Mapping[str, Any], solution: Mapping[str, Any]
-) -> dict[str, tuple[int, int, float]]:
+def _by_region(documents: PlanDocuments) -> dict[str, tuple[int, int, float]]:
     """Replicas, GPUs and $/h per region, from the solution's pools
-    (``planner.placement.footprint``)."""
+    (``planner.placement.footprint``); none for a plan whose problem was invalid."""
     out: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])
-    for pool in footprint(problem, solution).pools:
+    if documents.problem is None:
+        return {}
+    for pool in footprint(documents.problem, documents.solution.to_json()).pools:
         out[pool.region][0] += pool.replicas
         out[pool.region][1] += pool.gpus
         out[pool.region][2] += pool.cost_per_hour
@@ -283,32 +296,40 @@ def whatif_preview(
     deadline.check("building the problem")
     active = selectors.plan_active()
     if active is not None and active.inputs_hash == current.inputs_hash:
-        base = PlanDocuments(active.problem, active.solution)
+        base = PlanDocuments.of(active)
         baseline, baseline_status = f"active plan v{active.version}", active.solver_status
     else:
         problem = with_previous(current.problem, active)
-        solution = _solve(
-            problem, time_limit_s=deadline.solve_limit_s(settings.time_limit_s), settings=settings
+        base = PlanDocuments.read(
+            problem,
+            _solve(
+                problem,
+                time_limit_s=deadline.solve_limit_s(settings.time_limit_s),
+                settings=settings,
+            ),
         )
-        base = PlanDocuments(problem, solution)
         baseline = "the current inputs, re-solved (no active plan was made from them)"
-        baseline_status = str(solution.get("status"))
+        baseline_status = base.solution.status
         deadline.check("solving the unchanged inputs")
     changed = _changed_inputs(change) if change.changes_policy else current
     problem = _scaled(with_previous(changed.problem, active), change)
     deadline.check("building the changed problem")
-    solution = _solve(
-        problem, time_limit_s=deadline.solve_limit_s(settings.time_limit_s), settings=settings
+    after = PlanDocuments.read(
+        problem,
+        _solve(
+            problem, time_limit_s=deadline.solve_limit_s(settings.time_limit_s), settings=settings
+        ),
     )
     deadline.check("solving the changed problem")
-    if solution.get("status") == Plan.SolverStatus.INVALID:
+    solution = after.solution
+    if after.problem is None or solution.is_invalid:
         raise ValidationError(
-            {"__all__": f"The changed problem is invalid: {solution.get('message', '?')}"}
+            {"__all__": f"The changed problem is invalid: {solution.message or '?'}"}
         )
-    diff = plan_diff(before=base, after=PlanDocuments(problem, solution))
-    reasons = unserved_reasons(solution.get("binding", []))
-    before_rows = _by_region(base.problem, base.solution)
-    after_rows = _by_region(problem, solution)
+    diff = plan_diff(before=base, after=after)
+    reasons = unserved_reasons(solution.binding)
+    before_rows = _by_region(base)
+    after_rows = _by_region(after)
     regions = [
         RegionChange(
             region=name,
@@ -325,10 +346,10 @@ def whatif_preview(
         change=change,
         baseline=baseline,
         baseline_status=baseline_status,
-        status=str(solution.get("status")),
-        gap=solution.get("gap"),
-        cost_before=float(base.solution.get("cost_per_hour") or 0.0),
-        cost_after=float(solution.get("cost_per_hour") or 0.0),
+        status=solution.status,
+        gap=solution.gap,
+        cost_before=float(base.solution.cost_per_hour or 0.0),
+        cost_after=float(solution.cost_per_hour or 0.0),
         regions=regions,
         newly_unserved=[
             NewlyUnserved(
@@ -342,7 +363,7 @@ def whatif_preview(
         ],
         unserved_before=float(diff["unserved_requests_per_s"]["before"]),
         unserved_after=float(diff["unserved_requests_per_s"]["after"]),
-        demands=sorted(d["id"] for d in problem["demands"] if d.get("tenant") == change.tenant),
+        demands=sorted(d.id for d in after.problem.demands if d.tenant == change.tenant),
         warnings=list(changed.warnings),
     )
 
@@ -363,6 +384,10 @@ def change_from_dict(data: Mapping[str, Any]) -> WhatIfChange:
         tier=None if data.get("tier") is None else str(data["tier"]),
         traffic_factor=float(data.get("traffic_factor", 1.0)),
         prompt_tokens_delta=float(data.get("prompt_tokens_delta", 0.0)),
+        spill_allowed=None if data.get("spill_allowed") is None else bool(data["spill_allowed"]),
+        max_spill_rtt_ms=(
+            None if data.get("max_spill_rtt_ms") is None else float(data["max_spill_rtt_ms"])
+        ),
     )
 
 
@@ -412,8 +437,8 @@ def whatif_apply(*, change: WhatIfChange, user: Actor | None) -> Tenant:
     if not change.changes_policy:
         raise ValidationError(
             {
-                "__all__": "Nothing to save: only residency and tier are policy; traffic and "
-                "prompt length are what-ifs about the workload."
+                "__all__": "Nothing to save: only residency, tier and spill are policy; traffic "
+                "and prompt length are what-ifs about the workload."
             }
         )
     tenant = _tenant(change.tenant)
@@ -421,7 +446,10 @@ def whatif_apply(*, change: WhatIfChange, user: Actor | None) -> Tenant:
     same_regions = change.residency_regions is None or sorted(change.residency_regions) == sorted(
         r.name for r in tenant.residency_regions.all()
     )
-    if same_tier and same_regions:
+    same_spill = (
+        change.spill_allowed is None or change.spill_allowed == tenant.spill_allowed
+    ) and (change.max_spill_rtt_ms is None or change.max_spill_rtt_ms == tenant.max_spill_rtt_ms)
+    if same_tier and same_regions and same_spill:
         raise ValidationError({"__all__": "Nothing to save: the tenant already has this policy."})
     with transaction.atomic():
         return _apply_policy(_tenant(change.tenant), change, reason="Saved from a what-if preview.")

@@ -24,7 +24,14 @@ from rest_framework.response import Response
 from controlplane.core.api import ID_PATTERN, QueryGuardMixin, TenantScopeMixin
 from controlplane.core.parsers import StrictJSONParser
 from controlplane.core.roles import ROLES, RolePermission
-from controlplane.core.serializers import StrictFieldsMixin, StrictFloatField, read_only_by
+from controlplane.core.serializers import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictFieldsMixin,
+    StrictFloatField,
+    read_only_by,
+)
+from controlplane.core.validators import RTT_MS
 from controlplane.plans.models import WhatIfJob
 from controlplane.plans.whatif import MAX_PROMPT_DELTA, MAX_TRAFFIC_FACTOR, WhatIfChange
 from controlplane.plans.whatif_jobs import WhatIfRefused, queue_position, whatif_job_for
@@ -56,15 +63,15 @@ class WhatIfRequestSerializer(StrictFieldsMixin, serializers.Serializer[Any]):
 
     unknown_message = "Unknown field."
 
-    tenant = serializers.CharField(max_length=200, help_text="The tenant's name.")
+    tenant = StrictCharField(max_length=200, help_text="The tenant's name.")
     residency_regions = serializers.ListField(
-        child=serializers.CharField(max_length=200),
+        child=StrictCharField(max_length=200),
         required=False,
         allow_null=True,
         max_length=1000,
         help_text="The region names its data may be served in; [] for no region list.",
     )
-    tier = serializers.CharField(
+    tier = StrictCharField(
         max_length=200, required=False, allow_null=True, help_text="The tier's name."
     )
     traffic_factor = _Finite(
@@ -82,15 +89,35 @@ class WhatIfRequestSerializer(StrictFieldsMixin, serializers.Serializer[Any]):
         help_text="Tokens added to each request's prompt (negative to shorten).",
     )
 
+    spill_allowed = StrictBooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The tenant's spill permission: may its traffic be served outside its home "
+        "region (true or false; null or absent keeps it).",
+    )
+    max_spill_rtt_ms = _Finite(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=RTT_MS.low,
+        max_value=RTT_MS.high,
+        help_text="The largest round trip spill may add, ms (needed to allow spill when the "
+        "tenant has none).",
+    )
+
     def change(self) -> WhatIfChange:
         data = self.validated_data
         regions = data.get("residency_regions")
+        rtt = data.get("max_spill_rtt_ms")
         return WhatIfChange(
             tenant=data["tenant"],
             residency_regions=None if regions is None else tuple(sorted(set(regions))),
             tier=data.get("tier"),
             traffic_factor=float(data["traffic_factor"]),
             prompt_tokens_delta=float(data["prompt_tokens_delta"]),
+            spill_allowed=data.get("spill_allowed"),
+            max_spill_rtt_ms=None if rtt is None else float(rtt),
         )
 
 
@@ -120,6 +147,8 @@ class WhatIfChangeSerializer(serializers.Serializer[Any]):
     tier = serializers.CharField(allow_null=True)
     traffic_factor = serializers.FloatField()
     prompt_tokens_delta = serializers.FloatField()
+    spill_allowed = serializers.BooleanField(allow_null=True, default=None)
+    max_spill_rtt_ms = serializers.FloatField(allow_null=True, default=None)
 
 
 class WhatIfResultSerializer(serializers.Serializer[Any]):
@@ -236,7 +265,6 @@ class WhatIfViewSet(QueryGuardMixin, TenantScopeMixin, viewsets.GenericViewSet[W
                 raise WhatIfBusy(exc.message, exc.retry_after_s) from exc
             raise exceptions.Throttled(wait=exc.retry_after_s, detail=exc.message) from exc
         # As it stands now (solved already where the task runs in this process).
-        job = self.get_queryset().get(pk=job.pk)
         location = reverse("plan-what-if-detail", kwargs={"pk": job.pk})
         return Response(
             WhatIfJobSerializer(job).data,

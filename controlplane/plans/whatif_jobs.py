@@ -198,16 +198,15 @@ def whatif_submit(
     window_start = now - timedelta(seconds=RATE_WINDOW_S)
     with transaction.atomic():
         _serialized()
-        whatif_expire(now=now)
-        # The three counts the bounds need, in one query.
-        active = Q(status__in=ACTIVE)
-        counts = WhatIfJob.objects.aggregate(
-            unfinished=Count("pk", filter=active),
-            mine=Count("pk", filter=active & Q(requested_by=requested_by)),
-            recent=Count("pk", filter=Q(requested_by=requested_by, created_at__gt=window_start)),
-        )
+        # The counts the bounds and the queue position need, and whether any unfinished job
+        # is overdue (nearly never: the expiry then runs and the counts are taken again), in
+        # one query: a burst of submits waits on each other's, so each statement counts.
+        counts = _submit_counts(conf=conf, requested_by=requested_by, now=now)
+        if counts["overdue"]:
+            whatif_expire(now=now)
+            counts = _submit_counts(conf=conf, requested_by=requested_by, now=now)
         if requested_by is not None and counts["mine"] >= conf.per_user:
-            mine = list(WhatIfJob.objects.filter(active, requested_by=requested_by))
+            mine = list(WhatIfJob.objects.filter(status__in=ACTIVE, requested_by=requested_by))
             ends = [d for d in (_deadline(job, conf) for job in mine) if d is not None]
             wait = min(ends) - now if ends else timedelta(seconds=conf.time_limit_s)
             raise WhatIfRefused(
@@ -245,8 +244,31 @@ def whatif_submit(
             requested_by=requested_by,
             created_at=now,
         )
-    transaction.on_commit(lambda: _send(job.pk))
+        # Submits are serialized, so every queued job is older than this one.
+        job.queue_ahead = counts["queued"]
+    transaction.on_commit(lambda: _send(job))
     return job
+
+
+def _submit_counts(
+    *, conf: WhatIfSettings, requested_by: User | None, now: datetime
+) -> dict[str, int]:
+    window_start = now - timedelta(seconds=RATE_WINDOW_S)
+    active = Q(status__in=ACTIVE)
+    overdue = Q(
+        status=JobStatus.QUEUED, created_at__lt=now - timedelta(seconds=conf.queue_timeout_s)
+    ) | Q(
+        status=JobStatus.RUNNING,
+        started_at__lt=now - timedelta(seconds=conf.time_limit_s + EXPIRY_GRACE_S),
+    )
+    counts: dict[str, int] = WhatIfJob.objects.aggregate(
+        unfinished=Count("pk", filter=active),
+        queued=Count("pk", filter=Q(status=JobStatus.QUEUED)),
+        mine=Count("pk", filter=active & Q(requested_by=requested_by)),
+        recent=Count("pk", filter=Q(requested_by=requested_by, created_at__gt=window_start)),
+        overdue=Count("pk", filter=overdue),
+    )
+    return counts
 
 
 # Drainer leases: a child takes one before it starts (its parent takes it for it), so at most
@@ -271,18 +293,32 @@ def _lease_take(*, now: datetime | None = None, holder: str | None = None) -> Le
     holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
     names = [f"{LEASE_PREFIX}{n}" for n in range(whatif_settings().workers)]
     free = Q(holder="") | Q(expires_at__lt=now) | Q(expires_at__isnull=True)
-    rows = dict(PlannerLock.objects.filter(name__in=names).values_list("name", "pk"))
+    # One read first: in a burst every lease is held, and a read takes no write lock.
+    rows = {
+        name: holder == "" or expires_at is None or expires_at < now
+        for name, holder, expires_at in PlannerLock.objects.filter(name__in=names).values_list(
+            "name", "holder", "expires_at"
+        )
+    }
     for name in names:
         if name not in rows:
             PlannerLock.objects.get_or_create(name=name)
-    # Read first: in a burst every lease is held, and a read takes no write lock.
-    for name in PlannerLock.objects.filter(free, name__in=names).values_list("name", flat=True):
+            rows[name] = True
+    for name in [n for n in names if rows[n]]:
         taken = PlannerLock.objects.filter(free, name=name).update(
             holder=holder, expires_at=now + timedelta(seconds=LEASE_START_S)
         )
         if taken:
             return Lease(name=name, holder=holder)
     return None
+
+
+def _lease_free(*, now: datetime | None = None) -> bool:
+    """Whether a drainer lease is free, lapsed or not made yet (one read)."""
+    now = now or timezone.now()
+    names = [f"{LEASE_PREFIX}{n}" for n in range(whatif_settings().workers)]
+    held = PlannerLock.objects.filter(name__in=names).exclude(holder="").filter(expires_at__gte=now)
+    return held.count() < len(names)
 
 
 def _lease_renew(lease: Lease) -> None:
@@ -316,7 +352,8 @@ def _drainer_would_claim() -> bool:
 def _drainer_args() -> list[Any] | None:
     """The arguments of a new drainer child, with the lease taken for it; None when nothing
     is queued or every lease is held (its holder drains what is queued)."""
-    if not WhatIfJob.objects.filter(status=JobStatus.QUEUED).exists():
+    # In a burst of submits every lease is held: one read answers, in each web process.
+    if not _lease_free() or not WhatIfJob.objects.filter(status=JobStatus.QUEUED).exists():
         return None
     lease = _lease_take()
     if lease is None:
@@ -344,13 +381,15 @@ _POOL = ChildPool(
 )
 
 
-def _send(job_id: int) -> None:
+def _send(job: WhatIfJob) -> None:
     if app.conf.task_always_eager and django_settings.HEADROOM_ISOLATE_TASKS:
         _POOL.kick()
         return
     # A broker: a worker drains the queue (a broker down fails the row, the API's 503).
-    # In-process (the test suite): the queue is drained here.
-    job_send(WhatIfJob, job_id, WHATIF_TASK, job_id)
+    # In-process (the test suite): the queue is drained here, and the job read back solved.
+    job_send(WhatIfJob, job.pk, WHATIF_TASK, job.pk)
+    if app.conf.task_always_eager:
+        job.refresh_from_db()
 
 
 def _claim(*, now: datetime | None = None) -> WhatIfJob | None:
@@ -527,6 +566,8 @@ def queue_position(job: WhatIfJob) -> int | None:
     """How many queued jobs are ahead of ``job`` (None unless it is queued)."""
     if job.status != JobStatus.QUEUED:
         return None
+    if job.queue_ahead is not None:
+        return job.queue_ahead
     return (
         WhatIfJob.objects.filter(status=JobStatus.QUEUED, created_at__lte=job.created_at)
         .exclude(pk=job.pk)

@@ -129,6 +129,7 @@ class TierAdmin(PolicyRevisionedAdmin):
         "name",
         "priority",
         "p95_ttft_slo_s",
+        "p95_itl_slo_s",
         "failure_promise",
         "target_utilization",
         "burst_factor",

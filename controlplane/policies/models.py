@@ -25,10 +25,11 @@ from controlplane.core.validators import (
     slug_validator,
 )
 from controlplane.fleet.models import Geography, LlmModel, Region, WorkloadClass
-from planner.placement.problem import DEFAULT_TARGET_UTILIZATION
+from planner.capacity.sizing import DEFAULT_TARGET_UTILIZATION
 
 # The ranges of the policy figures (``core.validators.Bounds``); the help texts quote them.
 TTFT_SLO_S = Bounds(0.01, 600, "s")  # 10 ms to 10 minutes
+ITL_SLO_S = Bounds(0.001, 10, "s")  # 1 ms to 10 s between tokens
 TIER_PRIORITY = Bounds(0, 1000)
 BURST_FACTOR = Bounds(1, 10)
 FORECAST_QUANTILE = Bounds(0.05, 0.999)
@@ -52,7 +53,23 @@ class Tier(Revisioned):
         validators=TTFT_SLO_S.validators,
         help_text=TTFT_SLO_S.help("p95 time to first token, seconds."),
     )
+    p95_itl_slo_s = models.FloatField(
+        null=True,
+        blank=True,
+        validators=ITL_SLO_S.validators,
+        help_text=ITL_SLO_S.help(
+            "p95 inter-token latency, seconds; empty = no objective (only measured and shown)."
+        ),
+    )
     failure_promise = models.CharField(max_length=8, choices=Promise.choices, default=Promise.NONE)
+    hosted_overflow = models.BooleanField(
+        default=False,
+        help_text=(
+            "May this tier's demand overflow to a hosted provider (within residency, the "
+            "provider's quota and this tier's TTFT objective) instead of going unserved or "
+            "onto dearer replicas?"
+        ),
+    )
     priority = models.PositiveIntegerField(
         default=0,
         validators=TIER_PRIORITY.validators,
@@ -160,13 +177,26 @@ class Tenant(Revisioned):
                 }
             )
 
-    def allowed_regions(self) -> list[Region]:
-        """Regions this tenant's data may be served in, by its residency rule."""
+    def allowed_regions(self, every_region: Iterable[Region] | None = None) -> list[Region]:
+        """Regions this tenant's data may be served in, by its residency rule.
+
+        ``every_region``: all regions, read once by a caller that asks for many tenants (with
+        their residency regions prefetched), so that no query is made per tenant."""
         regions = list(self.residency_regions.all())
         if regions:
             if self.residency_geography_id is not None:
                 regions = [r for r in regions if r.geography_id == self.residency_geography_id]
             return sorted(regions, key=lambda r: r.name)
+        if every_region is not None:
+            return sorted(
+                (
+                    r
+                    for r in every_region
+                    if self.residency_geography_id is None
+                    or r.geography_id == self.residency_geography_id
+                ),
+                key=lambda r: r.name,
+            )
         qs = Region.objects.all()
         if self.residency_geography_id is not None:
             qs = qs.filter(geography_id=self.residency_geography_id)

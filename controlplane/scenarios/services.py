@@ -23,6 +23,7 @@ from controlplane.fleet.models import (
     AcceleratorType,
     CapacityFigure,
     Geography,
+    HostedProvider,
     LlmModel,
     Region,
     RegionLink,
@@ -217,6 +218,24 @@ class _Loader:
         }
         self.upsert(entry, ReplicaShape, key={"name": entry.get("name")}, values=values)
 
+    def _load_hosted_providers(self, entry: Entry) -> None:
+        served: list[LlmModel] = []
+        for name in entry.get("models", []):
+            model = self._named(entry, "models", "model", name)
+            assert isinstance(model, LlmModel)
+            if model not in served:
+                served.append(model)
+        if not served:
+            raise ScenarioError(entry.label, "models: name at least one model the provider serves")
+        values = {**self.plain(entry), "region": self.ref(entry, "region")}
+        self.upsert(
+            entry,
+            HostedProvider,
+            key={"name": entry.get("name")},
+            values=values,
+            m2m={"served_models": served},
+        )
+
     def _load_workload_classes(self, entry: Entry) -> None:
         self.upsert(entry, WorkloadClass, key={"name": entry.get("name")}, values=self.plain(entry))
 
@@ -402,6 +421,7 @@ _SECTION_MODELS: dict[str, type[models.Model]] = {
     "inventory": ZoneInventory,
     "models": LlmModel,
     "replica_shapes": ReplicaShape,
+    "hosted_providers": HostedProvider,
     "workload_classes": WorkloadClass,
     "capacity_figures": CapacityFigure,
     "tiers": Tier,

@@ -21,6 +21,7 @@ from controlplane.telemetry.models import (
     DriftAlert,
     ObservedWorkload,
     PoolDriftAlert,
+    PoolSignalAlert,
     ProfileDerivation,
     TelemetryPull,
     TelemetrySeries,
@@ -126,6 +127,13 @@ class TelemetrySeriesAdmin(ReadOnlyAdmin):
 class PoolDriftAlertAdmin(ReadOnlyAdmin):
     list_display = ["last_seen_at", "status", "model", "region", "pricing", "message"]
     list_filter = ["status", "pricing", "region", "model"]
+    list_select_related = ["model", "region"]
+
+
+@admin.register(PoolSignalAlert)
+class PoolSignalAlertAdmin(ReadOnlyAdmin):
+    list_display = ["last_seen_at", "status", "kind", "model", "region", "message"]
+    list_filter = ["status", "kind", "region", "model"]
     list_select_related = ["model", "region"]
 
 

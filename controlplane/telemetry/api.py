@@ -2,10 +2,12 @@
 
 Under ``/api/telemetry/``: ``pulls/``, ``derivations/``, ``observations/``, ``profiles/``
 (workload profiles measured from telemetry), ``series/`` (with ``{id}/samples/``) and
-``alerts/`` (with ``{id}/acknowledge/``) and ``pool-alerts/`` (each pool's drift with its
-price). Any role reads; acknowledging needs
+``alerts/`` (with ``{id}/acknowledge/``), ``pool-alerts/`` (each pool's drift with its
+price) and ``pool-signal-alerts/`` (each pool's engine latency and KV capacity against its
+plan). Any role reads; acknowledging needs
 ``policy-admin``. A tenant key reads its own tenant's observations, profiles, series and
-drift alerts (and acknowledges its alerts); pulls, derivations and pool alerts span tenants
+drift alerts (and acknowledges its alerts); pulls, derivations and pool alerts (drift and
+signal) span tenants
 and are refused to it. Lists are paginated (``limit``/``offset``) and filter on the fields named in
 each view's ``filterset_fields``.
 """
@@ -32,6 +34,7 @@ from controlplane.telemetry.models import (
     DriftAlert,
     ObservedWorkload,
     PoolDriftAlert,
+    PoolSignalAlert,
     ProfileDerivation,
     TelemetryPull,
     TelemetrySeries,
@@ -288,6 +291,37 @@ class PoolDriftAlertSerializer(serializers.ModelSerializer[PoolDriftAlert]):
         read_only_fields = fields
 
 
+class PoolSignalAlertSerializer(serializers.ModelSerializer[PoolSignalAlert]):
+    model = read_only_by()
+    region = read_only_by()
+    shape = read_only_by()
+
+    class Meta:
+        model = PoolSignalAlert
+        fields = [
+            "id",
+            "model",
+            "region",
+            "kind",
+            "status",
+            "message",
+            "measured_value",
+            "raised_value",
+            "reference_value",
+            "threshold",
+            "window_s",
+            "shape",
+            "figures",
+            "raised_by",
+            "changed_by",
+            "occurrences",
+            "first_seen_at",
+            "last_seen_at",
+            "resolved_at",
+        ]
+        read_only_fields = fields
+
+
 # -- views ----------------------------------------------------------------------------------------
 
 
@@ -419,6 +453,21 @@ class PoolDriftAlertViewSet(TelemetryReadViewSet):
     filterset_fields = {
         "status": ["exact"],
         "pricing": ["exact"],
+        "model__name": ["exact"],
+        "region__name": ["exact"],
+    }
+    ordering_fields = ["id", "last_seen_at", "first_seen_at"]
+
+
+class PoolSignalAlertViewSet(TelemetryReadViewSet):
+    """Each pool's engine signals (p95 inter-token latency, p95 queue time, KV-cache capacity)
+    against what the active plan assumed of them."""
+
+    queryset = PoolSignalAlert.objects.select_related("model", "region", "shape")
+    serializer_class = PoolSignalAlertSerializer
+    filterset_fields = {
+        "status": ["exact"],
+        "kind": ["exact"],
         "model__name": ["exact"],
         "region__name": ["exact"],
     }

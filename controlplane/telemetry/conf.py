@@ -34,6 +34,12 @@ environment variable, else the default below; a malformed value is an error).
   change of the mean prompt / output length that raises a drift alert;
   ``..._CACHE_HIT_RATE`` (0.10) and ``..._TOKEN_SHARE`` (0.10): absolute change of the
   prefix-cache hit rate and of a tenant's share of its pool's tokens.
+- Pool signal alerts (``PoolSignalAlert``), measured over the last
+  ``HEADROOM_TELEMETRY_POOL_SIGNAL_WINDOW_S`` (3600) of each derivation's window:
+  ``HEADROOM_TELEMETRY_DRIFT_ITL_P95`` (0.25): relative excess of the p95 inter-token latency
+  over the capacity figure's; ``HEADROOM_TELEMETRY_DRIFT_QUEUE_TIME_P95_S`` (1.0): p95 queue
+  time, seconds; ``HEADROOM_TELEMETRY_DRIFT_KV_CAPACITY`` (0.10): relative shortfall of the
+  engines' KV-cache tokens under what the figure's concurrency needs.
 """
 
 from __future__ import annotations
@@ -77,6 +83,18 @@ class DriftThresholds:
 
 
 @dataclass(frozen=True)
+class PoolSignalThresholds:
+    """When a pool's engine signals say the plan's figures are wrong (``PoolSignalAlert``):
+    relative excess of the p95 ITL over the figure's, p95 queue time in seconds, relative
+    shortfall of the KV-cache capacity; measured over ``window_s``."""
+
+    itl_p95_rel: float = 0.25
+    queue_time_p95_s: float = 1.0
+    kv_capacity_rel: float = 0.10
+    window_s: int = 3600
+
+
+@dataclass(frozen=True)
 class TelemetrySettings:
     prometheus_url: str
     prometheus_timeout_s: float
@@ -95,6 +113,7 @@ class TelemetrySettings:
     min_requests: float
     profile_tolerance: float
     drift: DriftThresholds
+    signals: PoolSignalThresholds = PoolSignalThresholds()
 
 
 def _labels(raw: str) -> dict[str, str]:
@@ -189,4 +208,14 @@ def telemetry_settings() -> TelemetrySettings:
         min_requests=setting_number("HEADROOM_TELEMETRY_MIN_REQUESTS", 50.0, minimum=0),
         profile_tolerance=setting_number("HEADROOM_TELEMETRY_PROFILE_TOLERANCE", 0.02, minimum=0),
         drift=drift,
+        signals=PoolSignalThresholds(
+            itl_p95_rel=setting_number("HEADROOM_TELEMETRY_DRIFT_ITL_P95", 0.25, positive=True),
+            queue_time_p95_s=setting_number(
+                "HEADROOM_TELEMETRY_DRIFT_QUEUE_TIME_P95_S", 1.0, positive=True
+            ),
+            kv_capacity_rel=setting_number(
+                "HEADROOM_TELEMETRY_DRIFT_KV_CAPACITY", 0.10, positive=True, maximum=1
+            ),
+            window_s=setting_int("HEADROOM_TELEMETRY_POOL_SIGNAL_WINDOW_S", 3600, positive=True),
+        ),
     )

@@ -482,7 +482,8 @@ def workload_profiles_derive(
     Default window: the ``profile_window_s`` up to the last pulled bucket. All writes happen in
     one transaction; a failure leaves a failed ``ProfileDerivation`` and nothing else.
     """
-    conf = telemetry_settings()
+    # The width the samples were stored at, whatever this process's setting says.
+    conf = replace(telemetry_settings(), bucket_s=selectors.stored_bucket_s())
     width = conf.bucket_s
     end = window_end or selectors.last_pulled_until(bucket_s=width) or (now or timezone.now())
     start = window_start or end - timedelta(seconds=conf.profile_window_s)

@@ -476,42 +476,175 @@ def _money(value: float) -> str:
     return f"${value:,.2f}/h"
 
 
-def _pool_summary(alert: PoolDriftAlert) -> str:
-    """ "+3 replicas in eu-west (12 → 15 × chat-70b/gpu80x2); the re-plan goes from 24 GPUs at
-    $108.24/h to 30 GPUs at $135.30/h (+$27.06/h)"."""
-    region, model = alert.region.name, alert.model.name
-    before, after = alert.replicas_before or 0, alert.replicas_after or 0
-    rows = [r for r in alert.pools if r["region"] == region and r["model"] == model]
-    if len(rows) > 1:
-        # Replicas of different shapes do not add up to a count worth comparing: GPUs do.
-        gpus = [sum(r[f"gpus_{side}"] for r in rows) for side in ("before", "after")]
-        parts = ", ".join(
-            f"{r['shape']} {r['replicas_before']} → {r['replicas_after']}" for r in rows
+def _signed_money(delta: float) -> str:
+    """ "+$27.06/h", "-$3.10/h"; a change under half a cent is "+$0.00/h"."""
+    sign = "+" if delta >= 0 or abs(delta) < 0.005 else "-"
+    return f"{sign}{_money(abs(delta))}"
+
+
+@dataclass(frozen=True)
+class ShapeReplicas:
+    """One shape of the pool's model in its region: replicas and GPUs before and after."""
+
+    shape: str
+    replicas_before: int
+    replicas_after: int
+    gpus_before: int
+    gpus_after: int
+
+    @property
+    def replica_delta(self) -> int:
+        return self.replicas_after - self.replicas_before
+
+
+@dataclass(frozen=True)
+class PricedChange:
+    """A priced pool drift's figures as its message states them, for the message and for the
+    drift page alike (``priced_change``): the pool's replicas (per shape where it runs on
+    several, then its GPUs are what compares), changes elsewhere, and the whole re-plan's GPUs
+    and $/h before and after."""
+
+    region: str
+    model: str
+    shapes: tuple[ShapeReplicas, ...]
+    replicas_before: int
+    replicas_after: int
+    elsewhere: tuple[str, ...]
+    gpus_before: int
+    gpus_after: int
+    cost_before: float
+    cost_after: float
+    drift_pools: int
+    unserved_before: float
+    unserved_after: float
+
+    @property
+    def by_gpus(self) -> bool:
+        """Several shapes: replicas of different shapes do not add up, GPUs do."""
+        return len(self.shapes) > 1
+
+    @property
+    def pool_gpus_before(self) -> int:
+        return sum(s.gpus_before for s in self.shapes)
+
+    @property
+    def pool_gpus_after(self) -> int:
+        return sum(s.gpus_after for s in self.shapes)
+
+    @property
+    def cost_delta(self) -> float:
+        return self.cost_after - self.cost_before
+
+    @property
+    def pool_text(self) -> str:
+        """ "+3 replicas in eu-west (12 → 15 × chat-70b/gpu80x2)", or in GPUs for several
+        shapes."""
+        region = self.region
+        if self.by_gpus:
+            before, after = self.pool_gpus_before, self.pool_gpus_after
+            parts = ", ".join(
+                f"{s.shape} {s.replicas_before} → {s.replicas_after}" for s in self.shapes
+            )
+            return f"{after - before:+d} GPUs in {region} ({before} → {after}: {parts} replicas)"
+        shape = f" × {self.shapes[0].shape}" if self.shapes else ""
+        before, after = self.replicas_before, self.replicas_after
+        return f"{after - before:+d} replicas in {region} ({before} → {after}{shape})"
+
+    @property
+    def replicas_text(self) -> str:
+        """The page's replica column: "12 → 15 (+3)", per shape where there are several."""
+        if self.by_gpus:
+            return "; ".join(
+                f"{s.shape} {s.replicas_before} → {s.replicas_after} ({s.replica_delta:+d})"
+                for s in self.shapes
+            )
+        delta = self.replicas_after - self.replicas_before
+        return f"{self.replicas_before} → {self.replicas_after} ({delta:+d})"
+
+    @property
+    def gpus_text(self) -> str:
+        """The whole re-plan's GPUs: "24 → 30 (+6)"."""
+        return f"{self.gpus_before} → {self.gpus_after} ({self.gpus_after - self.gpus_before:+d})"
+
+    @property
+    def cost_text(self) -> str:
+        """The whole re-plan's $/h: "$108.24/h → $135.30/h (+$27.06/h)"."""
+        return (
+            f"{_money(self.cost_before)} → {_money(self.cost_after)} "
+            f"({_signed_money(self.cost_delta)})"
         )
-        text = f"{gpus[1] - gpus[0]:+d} GPUs in {region} ({gpus[0]} → {gpus[1]}: {parts} replicas)"
-    else:
-        shape = f" × {rows[0]['shape']}" if rows else ""
-        text = f"{after - before:+d} replicas in {region} ({before} → {after}{shape})"
-    elsewhere = [
+
+    @property
+    def unserved_text(self) -> str:
+        """ "3.80 → 4.77 req/s unserved"; empty when both are the solver's rounding."""
+        if max(self.unserved_before, self.unserved_after) <= _UNSERVED_SHOWN:
+            return ""
+        return f"{self.unserved_before:,.2f} → {self.unserved_after:,.2f} req/s unserved"
+
+    def summary(self) -> str:
+        """ "+3 replicas in eu-west (12 → 15 × chat-70b/gpu80x2); the re-plan goes from 24 GPUs
+        at $108.24/h to 30 GPUs at $135.30/h (+$27.06/h)"."""
+        text = self.pool_text
+        if self.elsewhere:
+            text += "; elsewhere " + ", ".join(self.elsewhere)
+        together = f" (with the drift of {self.drift_pools} pools)" if self.drift_pools > 1 else ""
+        text += (
+            f"; the re-plan{together} goes from {self.gpus_before} GPUs at "
+            f"{_money(self.cost_before)} to {self.gpus_after} GPUs at {_money(self.cost_after)} "
+            f"({_signed_money(self.cost_delta)})"
+        )
+        if self.unserved_text:
+            text += f", leaving {self.unserved_text}"
+        return text
+
+
+def priced_change(alert: PoolDriftAlert) -> PricedChange | None:
+    """The figures of a priced pool drift as stored on it (None unless priced)."""
+    if alert.pricing != PoolDriftAlert.Pricing.PRICED:
+        return None
+    region, model = alert.region.name, alert.model.name
+    shapes = tuple(
+        ShapeReplicas(
+            shape=r["shape"],
+            replicas_before=r["replicas_before"],
+            replicas_after=r["replicas_after"],
+            gpus_before=r["gpus_before"],
+            gpus_after=r["gpus_after"],
+        )
+        for r in alert.pools
+        if r["region"] == region and r["model"] == model
+    )
+    elsewhere = tuple(
         f"{r['region']} {r['shape']} {r['replicas_after'] - r['replicas_before']:+d}"
         for r in alert.pools
         if r["region"] != region and r["replicas_after"] != r["replicas_before"]
-    ]
-    if elsewhere:
-        text += "; elsewhere " + ", ".join(elsewhere)
-    cost_before = alert.cost_per_hour_before or 0.0
-    cost_after = alert.cost_per_hour_after or 0.0
-    delta = cost_after - cost_before
-    sign = "+" if delta >= 0 else "-"
-    together = f" (with the drift of {alert.drift_pools} pools)" if alert.drift_pools > 1 else ""
-    text += (
-        f"; the re-plan{together} goes from {alert.gpus_before} GPUs at {_money(cost_before)} to "
-        f"{alert.gpus_after} GPUs at {_money(cost_after)} ({sign}{_money(abs(delta))})"
     )
-    unserved = (alert.unserved_before or 0.0, alert.unserved_after or 0.0)
-    if max(unserved) > _UNSERVED_SHOWN:
-        text += f", leaving {unserved[0]:,.2f} → {unserved[1]:,.2f} req/s unserved"
-    return text
+    return PricedChange(
+        region=region,
+        model=model,
+        shapes=shapes,
+        replicas_before=alert.replicas_before or 0,
+        replicas_after=alert.replicas_after or 0,
+        elsewhere=elsewhere,
+        gpus_before=alert.gpus_before or 0,
+        gpus_after=alert.gpus_after or 0,
+        cost_before=alert.cost_per_hour_before or 0.0,
+        cost_after=alert.cost_per_hour_after or 0.0,
+        drift_pools=alert.drift_pools,
+        unserved_before=alert.unserved_before or 0.0,
+        unserved_after=alert.unserved_after or 0.0,
+    )
+
+
+def _pool_summary(alert: PoolDriftAlert) -> str:
+    change = priced_change(alert)
+    assert change is not None, "only a priced pool drift has a summary"
+    return change.summary()
+
+
+def share_text(share: float | None) -> str:
+    """A tenant's share of its pool's drift: "20%", "n/a" when the loads did not change."""
+    return _percent(share)
 
 
 def _percent(share: float | None) -> str:
@@ -533,17 +666,21 @@ def pool_drift_message(*, alert: PoolDriftAlert, tenants: int | None = None) -> 
     return f"{head}{who}: being priced by re-solving the placement before and after"
 
 
-def drift_message(*, alert: DriftAlert) -> str:
-    """One line for an operator, e.g. "mean prompt length 1,500 → 2,700 tokens (+80%) for
-    northwind on chat-70b in eu-west: 20% of the pool's drift (#4): +3 replicas …"."""
+def drift_change_text(alert: DriftAlert) -> str:
+    """What changed, as an alert's message opens: "mean prompt length 1,500 → 2,700 tokens
+    (+80%)", "prefix-cache hit rate 40% → 25% (-15 points)"."""
     kind, old, new = alert.kind, alert.baseline_value, alert.current_value
     label = DriftAlert.Kind(kind).label
     if _relative(kind):
         change = (new - old) / old * 100 if old else math.inf
-        what = f"{label} {old:,.0f} → {new:,.0f} tokens ({change:+.0f}%)"
-    else:
-        what = f"{label} {old:.0%} → {new:.0%} ({(new - old) * 100:+.0f} points)"
-    text = f"{what} for {alert.tenant.name} on {alert.model.name} in {alert.region.name}"
+        return f"{label} {old:,.0f} → {new:,.0f} tokens ({change:+.0f}%)"
+    return f"{label} {old:.0%} → {new:.0%} ({(new - old) * 100:+.0f} points)"
+
+
+def drift_message(*, alert: DriftAlert) -> str:
+    """One line for an operator, e.g. "mean prompt length 1,500 → 2,700 tokens (+80%) for
+    northwind on chat-70b in eu-west: 20% of the pool's drift (#4): +3 replicas …"."""
+    text = f"{drift_change_text(alert)} for {alert.tenant.name} on {alert.model.name} in {alert.region.name}"
     if alert.status == DriftAlert.Status.RESOLVED:
         return f"{text}: resolved"
     pool = alert.pool_alert

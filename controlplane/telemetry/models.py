@@ -14,6 +14,8 @@
 - ``PoolDriftAlert`` sums every active tenant drift of one pool (a model in a region) and
   holds its price: the placement re-solved with the profiles before and after, replicas per
   region and shape, GPUs and $/h, and each tenant's share. At most one is active per pool.
+- ``PoolSignalAlert`` is a pool's measured inter-token latency, queue time or KV-cache
+  capacity against what its plan assumed; at most one per pool and kind is active.
 """
 
 from __future__ import annotations
@@ -557,3 +559,101 @@ class PoolDriftAlert(models.Model):
         if self.cost_per_hour_before is None or self.cost_per_hour_after is None:
             return None
         return self.cost_per_hour_after - self.cost_per_hour_before
+
+
+class PoolSignalAlert(models.Model):
+    """A pool's (a model in a region) serving signals against what its plan assumed.
+
+    The engines' own latency and capacity signals, measured over the pool's last
+    ``window_s`` (``HEADROOM_TELEMETRY_POOL_SIGNAL_WINDOW_S``), each against a reference:
+
+    - ``itl-p95``: p95 inter-token latency above the capacity figure's (the seconds per token
+      one sequence gets when a replica decodes its figure's full batch, ``max_concurrency /
+      decode_tokens_per_s``) by more than ``threshold`` (relative);
+    - ``queue-time-p95``: p95 time a request waited before it ran above ``threshold``
+      (seconds; the reference is that threshold);
+    - ``kv-capacity``: KV-cache tokens per engine below what the figure's concurrency needs
+      (``max_concurrency`` sequences of the pool's mean prompt + output tokens) by more than
+      ``threshold`` (relative): the plan's KV-bound concurrency is then wrong.
+
+    ``figures`` keeps what the reference was read from (the shapes, their figures, the
+    context per sequence) and ``shape`` the one shape, where the pool runs on one. At most
+    one alert per pool and kind is active; it resolves when the signal is back within.
+    """
+
+    class Kind(models.TextChoices):
+        ITL_P95 = "itl-p95", "p95 inter-token latency"
+        QUEUE_TIME_P95 = "queue-time-p95", "p95 queue time"
+        KV_CAPACITY = "kv-capacity", "KV-cache capacity"
+
+    ACTIVE = DriftAlert.ACTIVE
+
+    model = models.ForeignKey(LlmModel, on_delete=models.PROTECT, related_name="+")
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="+")
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    status = models.CharField(
+        max_length=16, choices=DriftAlert.Status.choices, default=DriftAlert.Status.OPEN
+    )
+    shape = models.ForeignKey(
+        ReplicaShape,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The shape the pool's replicas are planned on, where they use one.",
+    )
+    measured_value = models.FloatField(
+        help_text="Now: seconds (latency, queue time) or tokens per engine (KV capacity)."
+    )
+    raised_value = models.FloatField(help_text="When raised, in the same unit.")
+    reference_value = models.FloatField(
+        help_text="What the plan assumed, in the same unit (for the queue time: the threshold)."
+    )
+    threshold = models.FloatField(
+        help_text="The change that raises the alert: relative for latency and KV capacity, "
+        "seconds for the queue time."
+    )
+    window_s = models.PositiveIntegerField(help_text="Seconds the signal was measured over.")
+    figures = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the reference was read from: the plan, its shapes and figures.",
+    )
+    raised_by = models.ForeignKey(
+        ProfileDerivation,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="raised_signal_alerts",
+        help_text="The profile derivation after which the alert was raised.",
+    )
+    changed_by = models.ForeignKey(
+        ProfileDerivation,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="changed_signal_alerts",
+        help_text="The last profile derivation that checked the alert.",
+    )
+    message = models.TextField()
+    occurrences = models.PositiveIntegerField(default=1)
+    first_seen_at = models.DateTimeField(default=timezone.now)
+    last_seen_at = models.DateTimeField(default=timezone.now)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-last_seen_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["model", "region", "kind"],
+                condition=Q(status__in=["open", "acknowledged"]),
+                name="one_active_pool_signal_alert",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} of {self.model} in {self.region}: {self.status}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE

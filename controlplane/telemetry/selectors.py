@@ -29,6 +29,47 @@ from controlplane.telemetry.models import (
 # -- pulls ----------------------------------------------------------------------------------------
 
 
+def stored_bucket_s() -> int:
+    """The bucket width of the stored telemetry, which every reader uses: the newest
+    successful pull's; with no pull (request logs imported), ``HEADROOM_TELEMETRY_BUCKET_S``
+    where series of that width are stored, else the newest series' width; with nothing
+    stored, the setting.
+
+    The setting says at what width new samples are written (pulls and imports). A process
+    whose own setting differs (the README's quick option sets it in one shell) still reads
+    what was stored, instead of finding no series at its width and sizing every demand from
+    the declared profiles.
+    """
+    pulled = (
+        TelemetryPull.objects.filter(status=RunStatus.SUCCEEDED)
+        .order_by("-window_end", "-pk")
+        .values_list("bucket_s", flat=True)
+        .first()
+    )
+    if pulled is not None:
+        return int(pulled)
+    configured = telemetry_settings().bucket_s
+    if TelemetrySeries.objects.filter(bucket_s=configured).exists():
+        return configured
+    newest = TelemetrySeries.objects.order_by("-pk").values_list("bucket_s", flat=True).first()
+    return configured if newest is None else int(newest)
+
+
+def last_pull_with_samples(*, before: datetime) -> TelemetryPull | None:
+    """The newest pull started by ``before`` that stored samples (succeeded or partial): once
+    there is one, telemetry is expected to size the demands."""
+    return (
+        TelemetryPull.objects.filter(
+            status__in=(RunStatus.SUCCEEDED, PULL_PARTIAL),
+            samples_stored__gt=0,
+            started_at__lte=before,
+        )
+        .only("pk", "finished_at", "started_at", "bucket_s")
+        .order_by("-started_at", "-pk")
+        .first()
+    )
+
+
 def last_pulled_until(*, bucket_s: int) -> datetime | None:
     """End of the newest window a pull at this bucket width stored successfully."""
     return (
@@ -274,7 +315,7 @@ def request_rate_history(
       series and hour, never as single samples. (A bucket wider than an hour is one point,
       at the hour it starts in.)
     """
-    width = telemetry_settings().bucket_s
+    width = stored_bucket_s()
     names = known_names()
     found: dict[str, dict[int, tuple[str, str, str]]] = {REQUESTS: {}, ARRIVALS: {}}
     for series_id, metric, tenant, model, region in TelemetrySeries.objects.filter(

@@ -12,5 +12,6 @@ router.register("profiles", api.TelemetryProfileViewSet, basename="telemetry-pro
 router.register("series", api.TelemetrySeriesViewSet, basename="telemetry-series")
 router.register("alerts", api.DriftAlertViewSet, basename="drift-alert")
 router.register("pool-alerts", api.PoolDriftAlertViewSet, basename="pool-drift-alert")
+router.register("pool-signal-alerts", api.PoolSignalAlertViewSet, basename="pool-signal-alert")
 
 urlpatterns = router.urls

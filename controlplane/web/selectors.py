@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -22,15 +22,32 @@ from controlplane.finance import services as finance
 from controlplane.fleet.models import Region, ReplicaShape
 from controlplane.fleet.selectors import planning_figures
 from controlplane.plans.models import Plan, PlanDecision, ReplanRun
-from controlplane.plans.selectors import PLAN_DOCUMENTS
+from controlplane.plans.selectors import (
+    PLAN_DOCUMENTS,
+    Solution,
+    SolutionInvalid,
+    plan_problem,
+    plan_problem_or_error,
+    plan_solution,
+)
 from controlplane.plans.whatif import unserved_reasons
 from controlplane.policies.models import Tenant, TenantQuota, Tier, WorkloadProfile
+from controlplane.telemetry.drift import (
+    PricedChange,
+    drift_change_text,
+    priced_change,
+    share_text,
+)
 from controlplane.telemetry.models import (
     DriftAlert,
     ObservedWorkload,
+    PoolDriftAlert,
+    PoolSignalAlert,
     ProfileDerivation,
     TelemetryPull,
 )
+from controlplane.telemetry.pool_signals import duration_text
+from controlplane.web.plan_states import StateBanner, plan_state_banner
 from planner.errors import PlannerInputError
 from planner.placement.pools import PoolLoad, pool_loads
 
@@ -101,6 +118,7 @@ class FleetOverview:
     jobs: list[JobStatus]
     tenants: int
     max_age_days: int
+    hosted: HostedSpend | None = None
 
     @property
     def gpus(self) -> int:
@@ -163,15 +181,67 @@ class _PlanPools:
 _PLAN_DERIVED: RowMemo[Any] = RowMemo(size=32)
 
 
+def plan_derived(plan: Plan, name: str, compute: Callable[[], Any]) -> Any:
+    """``compute()`` over ``plan``'s stored documents, kept per process and plan under
+    ``name`` (the documents never change once stored)."""
+    return _PLAN_DERIVED.get(plan.pk, plan.created_at, compute, name)
+
+
+@dataclass(frozen=True)
+class HostedLine:
+    """What a plan sends to one hosted provider: planned requests/s and $/h, summed over the
+    demands sent there."""
+
+    provider: str
+    region: str
+    requests_per_s: float
+    cost_per_hour: float
+
+
+@dataclass(frozen=True)
+class HostedSpend:
+    """A plan's hosted spend: one line per provider, and the whole."""
+
+    lines: list[HostedLine]
+
+    @property
+    def cost_per_hour(self) -> float:
+        return sum(line.cost_per_hour for line in self.lines)
+
+    @property
+    def requests_per_s(self) -> float:
+        return sum(line.requests_per_s for line in self.lines)
+
+
+def plan_hosted_spend(plan: Plan) -> HostedSpend:
+    """What ``plan`` sends to hosted APIs, per provider (no lines: nothing hosted)."""
+    spend: HostedSpend = plan_derived(plan, "hosted", lambda: _plan_hosted_spend(plan))
+    return spend
+
+
+def _plan_hosted_spend(plan: Plan) -> HostedSpend:
+    if plan.solver_status == Plan.SolverStatus.INVALID:
+        return HostedSpend(lines=[])
+    sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for row in finance.plan_hosted(plan):
+        sums[(row.provider, row.region)][0] += row.requests_per_s
+        sums[(row.provider, row.region)][1] += row.cost_per_hour
+    return HostedSpend(
+        lines=[
+            HostedLine(provider=p, region=r, requests_per_s=rps, cost_per_hour=cost)
+            for (p, r), (rps, cost) in sorted(sums.items())
+        ]
+    )
+
+
 def _plan_pools(plan: Plan) -> _PlanPools:
-    geographies = {
-        r["name"]: str(r.get("geo", "")) for r in (plan.problem or {}).get("regions", [])
-    }
+    problem, _ = plan_problem_or_error(plan)
+    geographies = {r.name: r.geo or "" for r in (problem.regions if problem else ())}
     error = ""
     pools: list[PoolLoad] = []
     if plan.solver_status != Plan.SolverStatus.INVALID:
         try:
-            pools = pool_loads(plan.problem, plan.solution)
+            pools = pool_loads(plan_problem(plan), plan_solution(plan).to_json())
         except PlannerInputError as exc:
             error = f"Pool loads are not available for this plan: {exc}"
     return _PlanPools(geographies=geographies, pools=pools, error=error)
@@ -289,6 +359,7 @@ def fleet_overview() -> FleetOverview:
         jobs=_jobs(),
         tenants=Tenant.objects.count(),
         max_age_days=settings.HEADROOM_CAPACITY_MAX_AGE_DAYS,
+        hosted=plan_hosted_spend(active) if active is not None else None,
     )
 
 
@@ -362,6 +433,8 @@ class PlanPage:
     active: Plan | None
     newest_version: int | None
     replay: list[ReplayRow] = field(default_factory=list)
+    banner: StateBanner | None = None
+    hosted: HostedSpend | None = None
 
     @property
     def decidable(self) -> bool:
@@ -371,15 +444,22 @@ class PlanPage:
         )
 
 
-def _planned(problem: Mapping[str, Any]) -> dict[str, tuple[str, float, int]]:
+def _planned(plan: Plan) -> dict[str, tuple[str, float, int]]:
+    """Demand id -> (tenant, planned requests/s, priority); empty when the plan's problem
+    cannot be read."""
+    problem, _ = plan_problem_or_error(plan)
     return {
-        str(d["id"]): (
-            str(d.get("tenant", d["id"])),
-            float(d["requests_per_s"]) * float(d.get("burst", 1.0)),
-            int(d.get("priority", 0)),
-        )
-        for d in problem.get("demands", [])
+        d.id: (d.tenant, d.planned_requests_per_s, d.priority)
+        for d in (problem.demands if problem else ())
     }
+
+
+def _solution(plan: Plan) -> Solution | None:
+    """The plan's typed solution; None when the stored document cannot be read."""
+    try:
+        return plan_solution(plan)
+    except SolutionInvalid:
+        return None
 
 
 def plan_routing(plan: Plan) -> list[TenantRouting]:
@@ -391,21 +471,22 @@ def plan_routing(plan: Plan) -> list[TenantRouting]:
 
 
 def _plan_routing(plan: Plan) -> list[TenantRouting]:
-    planned = _planned(plan.problem or {})
+    planned = _planned(plan)
+    solution = _solution(plan)
     unserved: dict[str, float] = defaultdict(float)
-    for row in (plan.solution or {}).get("unserved", []):
-        unserved[str(row["demand"])] += float(row["requests_per_s"])
+    for missed in solution.unserved if solution else ():
+        unserved[missed.demand] += missed.requests_per_s
     rows: dict[str, list[RoutingRow]] = defaultdict(list)
-    for row in (plan.solution or {}).get("routing", []):
-        demand = str(row["demand"])
-        rate = float(row["requests_per_s"])
+    for route in solution.routing if solution else ():
+        demand = route.demand
+        rate = route.requests_per_s
         total = planned.get(demand, ("", 0.0, 0))[1]
         tenant = planned.get(demand, (demand, 0.0, 0))[0]
         rows[tenant].append(
             RoutingRow(
                 demand=demand,
-                region=str(row["region"]),
-                shape=str(row["shape"]),
+                region=route.region,
+                shape=route.shape,
                 requests_per_s=rate,
                 share=rate / total if total > 0 else 0.0,
             )
@@ -433,18 +514,19 @@ def plan_unserved(plan: Plan) -> list[UnservedRow]:
 
 
 def _plan_unserved(plan: Plan) -> list[UnservedRow]:
-    planned = _planned(plan.problem or {})
+    planned = _planned(plan)
     reasons = unserved_reasons(plan.binding or [])
+    solution = _solution(plan)
     out = []
-    for row in (plan.solution or {}).get("unserved", []):
-        demand = str(row["demand"])
-        tenant, rate, priority = planned.get(demand, (str(row.get("tenant", "")), 0.0, 0))
+    for row in solution.unserved if solution else ():
+        demand = row.demand
+        tenant, rate, _priority = planned.get(demand, (row.tenant, 0.0, 0))
         out.append(
             UnservedRow(
                 demand=demand,
                 tenant=tenant,
-                priority=int(row.get("priority", priority)),
-                requests_per_s=float(row["requests_per_s"]),
+                priority=row.priority,
+                requests_per_s=row.requests_per_s,
                 planned_requests_per_s=rate,
                 reason=reasons.get(demand, ""),
             )
@@ -470,7 +552,15 @@ class ReplayRow:
 
 def plan_replay(plan: Plan) -> list[ReplayRow]:
     """The plan's replay verdicts per tenant, those that miss first, then by name."""
-    verification = (plan.solution or {}).get("verification") or {}
+    rows: list[ReplayRow] = _PLAN_DERIVED.get(
+        plan.pk, plan.created_at, lambda: _plan_replay(plan), "replay"
+    )
+    return rows
+
+
+def _plan_replay(plan: Plan) -> list[ReplayRow]:
+    solution = _solution(plan)
+    verification = (solution.verification if solution else None) or {}
     sources: dict[str, set[str]] = {}
     for v in verification.get("demands", []):
         sources.setdefault(str(v["tenant"]), set()).add(str(v.get("source", "")))
@@ -494,6 +584,8 @@ def plan_replay(plan: Plan) -> list[ReplayRow]:
 def plan_page(plan: Plan) -> PlanPage:
     regions, error = plan_regions(plan, figure_freshness())
     newest = Plan.objects.order_by("-version").values_list("version", flat=True).first()
+    decisions = list(plan.decisions.select_related("actor"))
+    active = Plan.objects.filter(state=Plan.State.ACTIVE).only("pk", "version").first()
     return PlanPage(
         plan=plan,
         regions=regions,
@@ -502,10 +594,17 @@ def plan_page(plan: Plan) -> PlanPage:
         unserved=plan_unserved(plan),
         # Sentences about unserved demand show with that demand; the rest say what binds.
         binding=[s for s in (plan.binding or []) if not s.startswith("demand ")],
-        decisions=list(plan.decisions.select_related("actor")),
-        active=Plan.objects.filter(state=Plan.State.ACTIVE).only("pk", "version").first(),
+        decisions=decisions,
+        active=active,
         newest_version=newest,
         replay=plan_replay(plan),
+        hosted=plan_hosted_spend(plan),
+        banner=plan_state_banner(
+            plan,
+            decisions=decisions,
+            active_version=active.version if active is not None else None,
+            newest_version=newest,
+        ),
     )
 
 
@@ -556,6 +655,9 @@ class ProfilePoint:
     # 2,000 and 5,000") and which are censored (beyond the top bucket: "≥ 5,000").
     between: Mapping[str, str] = field(default_factory=dict)
     censored: frozenset[str] = frozenset()
+    # An observation window's length (a chart joins two windows only if they are about that
+    # far apart); None for a profile version, which holds until the next one.
+    span: timedelta | None = None
 
 
 def _point_name(figure: str) -> str:
@@ -614,6 +716,7 @@ def _observations(tenant: Tenant) -> list[ProfilePoint]:
             output_p99=row.output_tokens_p99,
             cache_hit_rate=row.prefix_cache_hit_rate,
             ttft_p95_s=row.ttft_p95_s,
+            span=row.derivation.window_end - row.derivation.window_start,
             **_readings(row),
         )
         for row in rows
@@ -710,11 +813,48 @@ _REASON_IDS = re.compile(r"#(\d+)")
 
 
 @dataclass(frozen=True)
-class AlertRow:
+class TenantAlertRow:
+    """One tenant's drift alert: what changed (as its message opens), its share of its pool's
+    drift (empty until the pool is priced) and the re-plan it asked for."""
+
     alert: DriftAlert
-    replica_change: int | None
-    cost_change_per_hour: float | None
+    change: str
+    share: str
     run: ReplanRun | None
+
+
+@dataclass(frozen=True)
+class PoolAlertRow:
+    """A pool's drift with its priced change (``drift.priced_change``: the figures its
+    message states; None while pending or when pricing failed), each drifting tenant's
+    share as priced, its tenant alerts and the re-plan they asked for."""
+
+    alert: PoolDriftAlert
+    change: PricedChange | None
+    shares: list[tuple[str, str]]
+    tenants: list[TenantAlertRow]
+    run: ReplanRun | None
+
+
+@dataclass(frozen=True)
+class SignalAlertRow:
+    """A pool's engine signal against its plan, as people read it ("175 ms", "15,000
+    tokens"), and how far it may go ("at most 94 ms")."""
+
+    alert: PoolSignalAlert
+    measured: str
+    reference: str
+    limit: str
+
+
+@dataclass(frozen=True)
+class DriftPage:
+    pools: list[PoolAlertRow]
+    signals: list[SignalAlertRow]
+    unpooled: list[TenantAlertRow]
+
+
+_SHOWN = 500
 
 
 def _runs_by_alert(alerts: Sequence[DriftAlert]) -> dict[int, ReplanRun]:
@@ -739,31 +879,91 @@ def _runs_by_alert(alerts: Sequence[DriftAlert]) -> dict[int, ReplanRun]:
     return out
 
 
-def drift_alert_rows(*, status: str | None) -> list[AlertRow]:
-    alerts = DriftAlert.objects.select_related(
-        "tenant", "model", "region", "workload_class", "shape__accelerator"
-    ).order_by("-last_seen_at", "-pk")
+def _signal_row(alert: PoolSignalAlert) -> SignalAlertRow:
+    kind, ref, threshold = alert.kind, alert.reference_value, alert.threshold
+    if kind == PoolSignalAlert.Kind.KV_CAPACITY:
+        return SignalAlertRow(
+            alert,
+            measured=f"{alert.measured_value:,.0f} tokens",
+            reference=f"{ref:,.0f} tokens",
+            limit=f"at least {ref * (1 - threshold):,.0f} tokens",
+        )
+    if kind == PoolSignalAlert.Kind.QUEUE_TIME_P95:
+        return SignalAlertRow(
+            alert,
+            measured=duration_text(alert.measured_value),
+            reference="—",
+            limit=f"at most {duration_text(threshold)}",
+        )
+    return SignalAlertRow(
+        alert,
+        measured=duration_text(alert.measured_value),
+        reference=duration_text(ref),
+        limit=f"at most {duration_text(ref * (1 + threshold))}",
+    )
+
+
+def drift_page(*, status: str | None) -> DriftPage:
+    """The drift page: pool drifts (of ``status``; None: every status) with their priced
+    change and their tenant alerts under them, the pools' engine signal alerts, and tenant
+    alerts no pool drift holds yet."""
+    pools = PoolDriftAlert.objects.select_related("model", "region").order_by(
+        "-last_seen_at", "-pk"
+    )
+    signals = PoolSignalAlert.objects.select_related("model", "region", "shape").order_by(
+        "-last_seen_at", "-pk"
+    )
+    loose = DriftAlert.objects.filter(pool_alert__isnull=True)
     if status:
-        alerts = alerts.filter(status=status)
-    shown = list(alerts[:500])
-    runs = _runs_by_alert(shown)
+        pools, signals, loose = (
+            pools.filter(status=status),
+            signals.filter(status=status),
+            loose.filter(status=status),
+        )
+    shown = list(pools[:_SHOWN])
+    members = DriftAlert.objects.filter(pool_alert__in=shown)
+    related = ("tenant", "model", "region", "workload_class")
+    tenant_alerts = list(
+        members.select_related(*related).order_by("tenant__name", "kind", "-pk")
+    ) + list(loose.select_related(*related).order_by("-last_seen_at", "-pk")[:_SHOWN])
+    runs = _runs_by_alert(tenant_alerts)
+    by_pool: dict[int, list[TenantAlertRow]] = defaultdict(list)
+    unpooled: list[TenantAlertRow] = []
+    by_pk = {pool.pk: pool for pool in shown}
+    for alert in tenant_alerts:
+        pool = by_pk.get(alert.pool_alert_id) if alert.pool_alert_id is not None else None
+        if pool is not None and pool.status in PoolDriftAlert.ACTIVE and not alert.is_active:
+            continue  # resolved before its pool's drift: no longer part of it
+        priced = pool is not None and pool.pricing == PoolDriftAlert.Pricing.PRICED
+        row = TenantAlertRow(
+            alert=alert,
+            change=drift_change_text(alert),
+            share=share_text(alert.pool_share) if priced else "",
+            run=runs.get(alert.pk),
+        )
+        if pool is None:
+            unpooled.append(row)
+        else:
+            by_pool[pool.pk].append(row)
     rows = []
-    for alert in shown:
-        delta = alert.replica_delta
-        cost = None
-        if delta is not None and alert.shape is not None:
-            cost = (
-                delta
-                * alert.shape.gpus_per_replica
-                * alert.shape.accelerator.on_demand_price_per_gpu_hour
-                * alert.region.price_multiplier
-            )
+    for pool in shown:
+        members_rows = by_pool.get(pool.pk, [])
         rows.append(
-            AlertRow(
-                alert=alert, replica_change=delta, cost_change_per_hour=cost, run=runs.get(alert.pk)
+            PoolAlertRow(
+                alert=pool,
+                change=priced_change(pool),
+                shares=[(t["tenant"], share_text(t["share"])) for t in pool.tenants]
+                if pool.pricing == PoolDriftAlert.Pricing.PRICED
+                else [],
+                tenants=members_rows,
+                run=next((r.run for r in members_rows if r.run is not None), None),
             )
         )
-    return rows
+    return DriftPage(
+        pools=rows,
+        signals=[_signal_row(a) for a in signals[:_SHOWN]],
+        unpooled=unpooled,
+    )
 
 
 def shapes_count() -> int:
@@ -773,6 +973,20 @@ def shapes_count() -> int:
 # -- finance ------------------------------------------------------------------------------------
 
 FINANCE_GROUPS = ("region", "accelerator")
+# The page's choices: what to group by and which period (week is there for the short view).
+FINANCE_GROUP_CHOICES = (("region", "Region"), ("accelerator", "GPU type"), ("tenant", "Tenant"))
+FINANCE_PERIOD_CHOICES = (("month", "Month"), ("quarter", "Quarter"), ("week", "Week"))
+# How many past periods the actuals table shows, per period.
+FINANCE_ACTUALS_HORIZON = {"month": 6, "quarter": 4, "week": 8}
+
+
+class FinanceQueryError(ValueError):
+    """A page parameter outside its choices; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
 
 
 @dataclass(frozen=True)
@@ -788,12 +1002,76 @@ class FinanceTable:
 
 
 @dataclass(frozen=True)
+class FinanceTotal:
+    """One period's (or the whole horizon's) total: the forecast's sums over every group."""
+
+    label: str
+    start: datetime | None
+    cost: float
+    cost_low: float
+    cost_high: float
+    gpu_hours: float
+    sized_by: str
+    hosted_cost: float = 0.0
+
+    @property
+    def replica_cost(self) -> float:
+        """The replicas' part of ``cost`` (the rest is hosted spend)."""
+        return round(self.cost - self.hosted_cost, 2)
+
+
+@dataclass(frozen=True)
+class FinanceGroupTotal:
+    """One group's total over the horizon, and its share of the whole."""
+
+    name: str
+    cost: float
+    gpu_hours: float
+    share: float
+    hosted_cost: float = 0.0
+
+
+@dataclass(frozen=True)
+class FinanceActual:
+    """Held against planned for one past period and group (the history report's row)."""
+
+    period: str
+    group: str
+    source: str
+    cost: float
+    planned_cost: float | None
+    variance_cost: float | None
+    gpu_hours: float
+    hosted_cost: float
+    planned_gpu_hours: float | None
+    variance_gpu_hours: float | None
+
+
+@dataclass(frozen=True)
 class FinancePage:
     error: str
     plan_version: int | None
     totals: list[tuple[datetime, float, float, float]]
     by_accelerator: dict[str, list[tuple[datetime, float]]]
     tables: list[FinanceTable]
+    group_by: str = "region"
+    period: str = "month"
+    group_label: str = "Region"
+    period_label: str = "Month"
+    horizon: FinanceTotal | None = None
+    period_totals: list[FinanceTotal] = field(default_factory=list)
+    group_totals: list[FinanceGroupTotal] = field(default_factory=list)
+    actuals: list[FinanceActual] = field(default_factory=list)
+    api_query: str = ""
+    actuals_csv_url: str = ""
+
+    @property
+    def has_hosted(self) -> bool:
+        """Whether any figure on the page includes hosted spend (then it has its own column)."""
+        return bool(
+            (self.horizon is not None and self.horizon.hosted_cost)
+            or any(a.hosted_cost for a in self.actuals)
+        )
 
 
 def _period_start(row: Mapping[str, Any]) -> datetime:
@@ -801,25 +1079,67 @@ def _period_start(row: Mapping[str, Any]) -> datetime:
 
 
 def _table(key: str, title: str, report: finance.Report, url_name: str, query: str) -> FinanceTable:
+    # Hosted spend is a column of its own where the plan sends traffic to a hosted API; a
+    # report without any shows as before (its CSV, the API's, keeps the column at 0).
+    hosted = any(row.get("hosted_cost") for row in report.rows)
     return FinanceTable(
         key=key,
         title=title,
-        columns=tuple(report.columns),
+        columns=tuple(c for c in report.columns if hosted or c != "hosted_cost"),
         rows=list(report.rows),
         csv_url=f"{reverse(url_name)}?format=csv{query}",
         notes=list(report.notes),
     )
 
 
-def finance_page() -> FinancePage:
-    """Cost by month by region and GPU type (with the band's edges), commitments and the price
-    of each promise: the finance services' reports, as the API serves them."""
+def finance_query(params: Mapping[str, str]) -> tuple[str, str]:
+    """The page's (group_by, period) from its query string; ``FinanceQueryError`` naming the
+    parameter for a value outside the choices."""
+    group_by = params.get("group_by") or "region"
+    period = params.get("period") or "month"
+    groups = [g for g, _ in FINANCE_GROUP_CHOICES]
+    periods = [p for p, _ in FINANCE_PERIOD_CHOICES]
+    if group_by not in groups:
+        raise FinanceQueryError("group_by", f"must be one of {', '.join(groups)}")
+    if period not in periods:
+        raise FinanceQueryError("period", f"must be one of {', '.join(periods)}")
+    return group_by, period
+
+
+def _sums(rows: list[dict[str, Any]], label: str, start: datetime | None) -> FinanceTotal:
+    kinds = sorted({str(r["sized_by"]) for r in rows})
+    return FinanceTotal(
+        label=label,
+        start=start,
+        # Summed from the API's rounded figures, so the page shows what a client adding up
+        # the API's rows gets.
+        cost=round(sum(float(r["cost"] or 0.0) for r in rows), 2),
+        cost_low=round(sum(float(r["cost_low"] or 0.0) for r in rows), 2),
+        cost_high=round(sum(float(r["cost_high"] or 0.0) for r in rows), 2),
+        gpu_hours=round(sum(float(r["gpu_hours"] or 0.0) for r in rows), 2),
+        hosted_cost=round(sum(float(r.get("hosted_cost") or 0.0) for r in rows), 2),
+        sized_by="+".join(kinds) if len(kinds) > 1 else (kinds[0] if kinds else ""),
+    )
+
+
+def finance_page(*, group_by: str = "region", period: str = "month") -> FinancePage:
+    """The finance page for one grouping and period: totals over the horizon and per period,
+    each group's total, actuals against forecast for past periods, cost by region and GPU
+    type, commitments and the price of each promise. Every figure comes from the finance
+    services' reports, as ``GET /api/finance/forecast/?period=…&group_by=…`` and
+    ``/api/finance/history/`` serve them (totals are sums of their rows)."""
+    group_label = dict(FINANCE_GROUP_CHOICES)[group_by]
+    period_label = dict(FINANCE_PERIOD_CHOICES)[period]
     try:
+        chosen = finance.finance_forecast(period=period, group_by=[group_by])
         forecast = finance.finance_forecast(period="month", group_by=FINANCE_GROUPS)
         commitments = finance.finance_commitments(period="month")
         promises = finance.finance_promises()
     except finance.NoActivePlan as exc:
-        return FinancePage(str(exc), None, [], {}, [])
+        return FinancePage(str(exc), None, [], {}, [], group_by, period, group_label, period_label)
+    history = finance.finance_history(
+        period=period, group_by=[group_by], horizon=FINANCE_ACTUALS_HORIZON[period]
+    )
     totals: dict[datetime, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     by_acc: dict[str, dict[datetime, float]] = defaultdict(lambda: defaultdict(float))
     for row in forecast.rows:
@@ -828,13 +1148,69 @@ def finance_page() -> FinancePage:
         totals[start][1] += float(row["cost_low"] or 0.0)
         totals[start][2] += float(row["cost_high"] or 0.0)
         by_acc[str(row["accelerator"])][start] += float(row["cost"] or 0.0)
+    by_period: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_group: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in chosen.rows:
+        by_period[str(row["period"])].append(row)
+        by_group[str(row[group_by])].append(row)
+    whole = _sums(list(chosen.rows), "Whole horizon", None)
+    group_totals = [
+        FinanceGroupTotal(
+            name=name,
+            cost=total.cost,
+            gpu_hours=total.gpu_hours,
+            share=total.cost / whole.cost if whole.cost > 0 else 0.0,
+            hosted_cost=total.hosted_cost,
+        )
+        for name, rows in sorted(by_group.items())
+        for total in [_sums(rows, name, None)]
+    ]
+    group_totals.sort(key=lambda g: (-g.cost, g.name))
+    actuals = [
+        FinanceActual(
+            period=str(row["period"]),
+            group=str(row[group_by]),
+            source=str(row["source"]),
+            cost=float(row["cost"]),
+            hosted_cost=float(row.get("hosted_cost") or 0.0),
+            planned_cost=row["planned_cost"],
+            variance_cost=row["variance_cost"],
+            gpu_hours=float(row["gpu_hours"]),
+            planned_gpu_hours=row["planned_gpu_hours"],
+            variance_gpu_hours=row["variance_gpu_hours"],
+        )
+        for row in history.rows
+    ]
     group_query = "&period=month&group_by=" + ",".join(FINANCE_GROUPS)
+    chosen_query = f"&period={period}&group_by={group_by}"
     return FinancePage(
         error="",
         plan_version=forecast.plan_version,
         totals=[(t, v[0], v[1], v[2]) for t, v in sorted(totals.items())],
         by_accelerator={a: sorted(points.items()) for a, points in sorted(by_acc.items())},
+        group_by=group_by,
+        period=period,
+        group_label=group_label,
+        period_label=period_label,
+        horizon=whole,
+        period_totals=[
+            _sums(rows, label, _period_start(rows[0])) for label, rows in by_period.items()
+        ],
+        group_totals=group_totals,
+        actuals=actuals,
+        api_query=chosen_query.lstrip("&"),
+        actuals_csv_url=(
+            f"{reverse('finance-history')}?format=csv{chosen_query}"
+            f"&horizon={FINANCE_ACTUALS_HORIZON[period]}"
+        ),
         tables=[
+            _table(
+                "grouped",
+                f"Cost by {period_label.lower()} and {group_label.lower()}",
+                chosen,
+                "finance-forecast",
+                chosen_query,
+            ),
             _table(
                 "forecast",
                 "Cost by month, region and GPU type",
@@ -844,7 +1220,7 @@ def finance_page() -> FinancePage:
             ),
             _table(
                 "commitments",
-                "Commitments: reserved GPUs per region and GPU type",
+                "Commitments: reserved, on-demand and spot GPUs per region and GPU type",
                 commitments,
                 "finance-commitments",
                 "&period=month",
@@ -854,11 +1230,13 @@ def finance_page() -> FinancePage:
     )
 
 
-def tenant_cost(tenant: Tenant) -> tuple[list[dict[str, Any]], str]:
-    """The tenant's showback lines by month (usage, idle share, cost, per million tokens), or
-    an empty list with the reason."""
+def tenant_cost(tenant: Tenant) -> tuple[list[dict[str, Any]], str, bool]:
+    """The tenant's showback lines by month (usage, idle share, hosted spend, cost, per million
+    tokens), or an empty list with the reason; and whether any line has hosted spend (the
+    page shows that column only then)."""
     try:
         report = finance.finance_showback(period="month")
     except finance.NoActivePlan as exc:
-        return [], str(exc)
-    return [row for row in report.rows if row.get("tenant") == tenant.name], ""
+        return [], str(exc), False
+    rows = [row for row in report.rows if row.get("tenant") == tenant.name]
+    return rows, "", any(row.get("hosted_cost") for row in rows)

@@ -25,6 +25,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from controlplane.core.roles import POLICY_ADMIN, ROLES, user_roles
+from controlplane.emission.selectors import shadow_overview
 from controlplane.plans import services as plan_services
 from controlplane.plans.models import Plan, WhatIfJob
 from controlplane.plans.whatif import change_from_dict, result_from_dict, whatif_apply
@@ -35,10 +36,12 @@ from controlplane.plans.whatif_jobs import (
     whatif_submit,
 )
 from controlplane.policies.forms import tier_label
+from controlplane.policies.models import Tenant
 from controlplane.telemetry.histograms import COARSE_RELATIVE_WIDTH
 from controlplane.telemetry.models import DriftAlert
-from controlplane.web import charts, selectors
+from controlplane.web import attainment, charts, policy_drift, selectors
 from controlplane.web.forms import PlanDecisionForm, WhatIfForm
+from controlplane.web.plan_states import plan_banner, plan_sizing
 
 View = Callable[..., HttpResponse]
 
@@ -83,10 +86,19 @@ def favicon(request: HttpRequest) -> HttpResponse:
 
 @role_required()
 def fleet(request: HttpRequest) -> HttpResponse:
+    page = selectors.fleet_overview()
+    slo = attainment.slo_attainment(active=page.active)
     return render(
         request,
         "web/fleet.html",
-        {"page": selectors.fleet_overview(), "nav": "fleet"},
+        {
+            "page": page,
+            "slo": slo,
+            "slo_breaches": [a for a in slo if a.breach],
+            "policy_notices": policy_drift.policy_notices(active=page.active),
+            "shadow": shadow_overview(),
+            "nav": "fleet",
+        },
     )
 
 
@@ -109,7 +121,12 @@ def plan_detail(request: HttpRequest, version: int) -> HttpResponse:
     return render(
         request,
         "web/plan.html",
-        {"page": page, "can_decide": _is_policy_admin(request) and page.decidable, "nav": "plans"},
+        {
+            "page": page,
+            "sizing": plan_sizing(page.plan),
+            "can_decide": _is_policy_admin(request) and page.decidable,
+            "nav": "plans",
+        },
     )
 
 
@@ -152,7 +169,13 @@ def plan_decide(request: HttpRequest, version: int) -> HttpResponse:
     return render(
         request,
         "web/plan_decide.html",
-        {"plan": plan, "form": form, "action": action, "nav": "plans"},
+        {
+            "plan": plan,
+            "banner": plan_banner(plan),
+            "form": form,
+            "action": action,
+            "nav": "plans",
+        },
     )
 
 
@@ -166,6 +189,12 @@ def tenant_list(request: HttpRequest) -> HttpResponse:
     return render(request, "web/tenants.html", {"tenants": page, "q": query, "nav": "tenants"})
 
 
+def ttft_objective(tenant: Tenant) -> charts.Threshold:
+    """The tenant tier's p95 TTFT objective as a chart line ("SLO 2.5 s")."""
+    objective = tenant.tier.p95_ttft_slo_s
+    return charts.Threshold(objective, f"SLO {charts.number_label(objective)} s")
+
+
 def _tenant_charts(page: selectors.TenantPage) -> list[dict[str, Any]]:
     points = page.points
     keys = sorted({(p.model, p.region, p.workload_class) for p in points})
@@ -175,22 +204,30 @@ def _tenant_charts(page: selectors.TenantPage) -> list[dict[str, Any]]:
     ) -> list[charts.Series]:
         out = []
         for key in keys:
-            rows = [
-                (p.at, value)
-                for p in points
-                if (p.model, p.region, p.workload_class) == key and (value := pick(p)) is not None
-            ]
+            mine = [p for p in points if (p.model, p.region, p.workload_class) == key]
+            rows = [(p.at, value) for p in mine if (value := pick(p)) is not None]
+            spans = sorted(p.span for p in mine if p.span is not None)
             name = label if len(keys) == 1 else f"{label} {key[0]}@{key[1]}"
-            out.append(charts.Series(name, rows))
+            out.append(
+                charts.Series(
+                    name,
+                    rows,
+                    # A profile version holds until the next: steps. Observation windows are
+                    # joined only where they are about one window apart.
+                    step=not spans,
+                    max_gap=spans[len(spans) // 2] * charts.GAP_FACTOR if spans else None,
+                )
+            )
         return out
 
-    specs: list[tuple[str, str, str, list[charts.Series]]] = [
+    specs: list[tuple[str, str, str, list[charts.Series], charts.Threshold | None]] = [
         (
             "rate",
             "Request rate",
             "requests/s",
             series("peak", lambda p: p.peak_requests_per_s)
             + series("mean", lambda p: p.mean_requests_per_s),
+            None,
         ),
         (
             "prompt",
@@ -199,6 +236,7 @@ def _tenant_charts(page: selectors.TenantPage) -> list[dict[str, Any]]:
             series("p50", lambda p: p.prompt_p50)
             + series("p95", lambda p: p.prompt_p95)
             + series("p99", lambda p: p.prompt_p99),
+            None,
         ),
         (
             "output",
@@ -207,13 +245,31 @@ def _tenant_charts(page: selectors.TenantPage) -> list[dict[str, Any]]:
             series("p50", lambda p: p.output_p50)
             + series("p95", lambda p: p.output_p95)
             + series("p99", lambda p: p.output_p99),
+            None,
         ),
-        ("cache", "Prefix-cache hit rate", "share", series("hit rate", lambda p: p.cache_hit_rate)),
-        ("ttft", "Time to first token, p95", "seconds", series("p95", lambda p: p.ttft_p95_s)),
+        (
+            "cache",
+            "Prefix-cache hit rate",
+            "share",
+            series("hit rate", lambda p: p.cache_hit_rate),
+            None,
+        ),
+        (
+            "ttft",
+            "Time to first token, p95",
+            "seconds",
+            series("p95", lambda p: p.ttft_p95_s),
+            ttft_objective(page.tenant),
+        ),
     ]
     return [
-        {"title": title, "svg": charts.line_chart(title=title, unit=unit, series=s, chart_id=key)}
-        for key, title, unit, s in specs
+        {
+            "title": title,
+            "svg": charts.line_chart(
+                title=title, unit=unit, series=s, chart_id=key, threshold=threshold
+            ),
+        }
+        for key, title, unit, s, threshold in specs
     ]
 
 
@@ -223,6 +279,8 @@ def tenant_detail(request: HttpRequest, name: str) -> HttpResponse:
     if tenant is None:
         raise Http404(f"No tenant {name}.")
     page = selectors.tenant_page(tenant)
+    slo = attainment.tenant_attainment(active=page.active, tenant=tenant)
+    objective = ttft_objective(tenant)
     return render(
         request,
         "web/tenant.html",
@@ -231,8 +289,17 @@ def tenant_detail(request: HttpRequest, name: str) -> HttpResponse:
             "tier_text": tier_label(tenant.tier),
             "charts": _tenant_charts(page),
             "cost": selectors.tenant_cost(tenant),
+            "slo": slo,
+            "slo_rows": [slo] if slo is not None else [],
+            "policy_notices": policy_drift.policy_notices(active=page.active, tenant=tenant),
             "is_policy_admin": _is_policy_admin(request),
             "coarse_width": COARSE_RELATIVE_WIDTH,
+            "ttft_objective": objective,
+            "ttft_breaches": sum(
+                1
+                for p in page.points
+                if p.ttft_p95_s is not None and p.ttft_p95_s > objective.value
+            ),
             "nav": "tenants",
         },
     )
@@ -255,6 +322,10 @@ def _whatif_initial(job: WhatIfJob) -> dict[str, Any]:
             initial["residency_regions"] = [r.name for r in chosen.residency_regions.all()]
     if change.tier is not None:
         initial["tier"] = change.tier
+    if change.spill_allowed is not None:
+        initial["spill_allowed"] = "allow" if change.spill_allowed else "forbid"
+    if change.max_spill_rtt_ms is not None:
+        initial["max_spill_rtt_ms"] = change.max_spill_rtt_ms
     return initial
 
 
@@ -374,12 +445,12 @@ def drift_alerts(request: HttpRequest) -> HttpResponse:
     status = request.GET.get("status", DriftAlert.Status.OPEN)
     if status not in {*DriftAlert.Status.values, "all"}:
         status = DriftAlert.Status.OPEN
-    rows = selectors.drift_alert_rows(status=None if status == "all" else status)
+    page = selectors.drift_page(status=None if status == "all" else status)
     return render(
         request,
         "web/drift.html",
         {
-            "rows": rows,
+            "page": page,
             "status": status,
             "statuses": [*DriftAlert.Status.choices, ("all", "all")],
             "nav": "drift",
@@ -389,7 +460,19 @@ def drift_alerts(request: HttpRequest) -> HttpResponse:
 
 @role_required()
 def finance_overview(request: HttpRequest) -> HttpResponse:
-    page = selectors.finance_page()
+    choices = {
+        "group_choices": selectors.FINANCE_GROUP_CHOICES,
+        "period_choices": selectors.FINANCE_PERIOD_CHOICES,
+        "nav": "finance",
+    }
+    try:
+        group_by, period = selectors.finance_query(request.GET)
+    except selectors.FinanceQueryError as exc:
+        page = selectors.FinancePage(f"{exc.field}: {exc.message}.", None, [], {}, [])
+        return render(
+            request, "web/finance.html", {"page": page, "charts": [], **choices}, status=400
+        )
+    page = selectors.finance_page(group_by=group_by, period=period)
     figures = []
     if page.totals:
         figures = [
@@ -416,4 +499,4 @@ def finance_overview(request: HttpRequest) -> HttpResponse:
                 ),
             },
         ]
-    return render(request, "web/finance.html", {"page": page, "charts": figures, "nav": "finance"})
+    return render(request, "web/finance.html", {"page": page, "charts": figures, **choices})

@@ -41,7 +41,8 @@ price of the promise dropped between them, shared among the demands by the load 
 
 Units: prices in currency per GPU-hour (any one currency); hours are whole UTC hours given as
 epoch seconds of their start; months are calendar months in UTC ("2025-04"), weeks ISO weeks
-starting on Monday ("2025-W14"), days UTC dates ("2025-04-01"). Peak tokens per minute by
+starting on Monday ("2025-W14"), days UTC dates ("2025-04-01"), quarters calendar quarters in
+UTC ("2025-Q2": April to June). Peak tokens per minute by
 month (``tokens_per_minute_by_month``) use the seeds' chain through
 ``planner.capacity.workload.tokens_per_minute``.
 """
@@ -69,8 +70,8 @@ from planner.forecast.demand import HOUR_S, FloatArray, Forecast, IntArray, chec
 PoolKey = tuple[str, str]
 """(region, GPU type): the unit a reservation is bought in."""
 
-Period = Literal["day", "week", "month"]
-PERIODS: tuple[Period, ...] = ("day", "week", "month")
+Period = Literal["day", "week", "month", "quarter"]
+PERIODS: tuple[Period, ...] = ("day", "week", "month", "quarter")
 DAY_S = 24 * HOUR_S
 # Hours in an average month (8,760 / 12): what a promise's $/h costs "per month".
 HOURS_PER_MONTH = 730
@@ -205,6 +206,125 @@ def reservation_cost(
     return reserved * level * counts.size + on_demand * overflow
 
 
+# -- reserved, on demand and spot ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class MixHours:
+    """Each hour's GPUs by how they are bought, for a reservation of ``reserved`` GPUs.
+
+    ``reserved_used[t]`` of the hour's GPUs run on the reservation, ``on_demand[t]`` on demand,
+    ``spot[t]`` on spot; the three add up to the hour's need. ``reserved_idle[t]`` reserved
+    GPUs are paid for and not needed.
+    """
+
+    reserved: int
+    reserved_used: IntArray
+    on_demand: IntArray
+    spot: IntArray
+    reserved_idle: IntArray
+
+
+def _mix_series(
+    gpus_needed: npt.ArrayLike, interruptible: npt.ArrayLike | None
+) -> tuple[IntArray, IntArray]:
+    total = _gpu_counts("gpus_needed", gpus_needed)
+    if interruptible is None:
+        return total, np.zeros_like(total)
+    spare = _gpu_counts("interruptible", interruptible)
+    if spare.shape != total.shape or np.any(spare > total):
+        raise PlannerInputError(
+            "interruptible", "must have one count per hour, each at most that hour's GPUs needed"
+        )
+    return total, spare
+
+
+def _spot_rate(spot_price: float | None, on_demand: float) -> float:
+    """The price interruptible GPUs beyond the reservation pay: spot, or on demand when there
+    is no spot price or it is dearer."""
+    if spot_price is None:
+        return on_demand
+    return min(_checks.non_negative("spot_price", spot_price), on_demand)
+
+
+def optimal_mix(
+    gpus_needed: npt.ArrayLike,
+    interruptible: npt.ArrayLike | None,
+    *,
+    reserved_price: float,
+    on_demand_price: float,
+    spot_price: float | None,
+) -> int:
+    """GPUs to reserve for least total cost when interruptible demand may run on spot.
+
+    ``gpus_needed[t]`` is the hour's GPUs (whole, ≥ 0) and ``interruptible[t]`` (≤ it; None:
+    none) the part of them that may be reclaimed without breaking a promise; the rest, the
+    firm part F_t = G_t − I_t, runs on reserved or on-demand GPUs only. Spot capacity can be
+    taken back at any time, so it never covers a firm GPU. Prices per GPU-hour: r reserved,
+    o on demand, s spot (None: no spot; a spot price above on demand counts as on demand).
+
+    With K reserved GPUs an hour costs o·max(0, F_t − K) + s·max(0, G_t − max(K, F_t)): the
+    reservation serves the firm GPUs first, then interruptible ones; firm GPUs beyond it go on
+    demand, interruptible ones on spot. The total, C(K) = r·K·T + Σ_t (that), has
+
+        C(K + 1) − C(K) = r·T − [(o − s)·N_F(K + 1) + s·N_G(K + 1)],
+
+    N_F(k) = #{t : F_t ≥ k}, N_G(k) = #{t : G_t ≥ k}: the (K + 1)-th reserved GPU saves o in
+    an hour where it serves a firm GPU and s where it serves an interruptible one. The
+    bracket never increases with k (o ≥ s ≥ 0), so C is convex and the least-cost K is the
+    largest k whose bracket exceeds r·T (0 if none; a tie stays off the reservation). With
+    no spot price s = o and the rule is ``optimal_commitment``'s: N_G(k) > T·r/o. Compared in
+    exact rational arithmetic, as there.
+    """
+    total, spare = _mix_series(gpus_needed, interruptible)
+    reserved, on_demand = _prices(
+        "reserved_price", reserved_price, "on_demand_price", on_demand_price
+    )
+    spot = _spot_rate(spot_price, on_demand)
+    hours = int(total.size)
+    if hours == 0:
+        return 0
+    firm = np.sort(total - spare)
+    every = np.sort(total)
+    r, o, sp = Fraction(reserved), Fraction(on_demand), Fraction(spot)
+    fee = r * hours
+
+    def saves(k: int) -> bool:
+        n_firm = hours - int(np.searchsorted(firm, k, side="left"))
+        n_all = hours - int(np.searchsorted(every, k, side="left"))
+        return (o - sp) * n_firm + sp * n_all > fee
+
+    # The largest k in [0, max G] that saves (saves(k) holds for every k up to it).
+    lo, hi = 0, int(every[-1])
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if saves(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def mix_hours(
+    gpus_needed: npt.ArrayLike, interruptible: npt.ArrayLike | None, reserved: int
+) -> MixHours:
+    """Each hour's GPUs split over a reservation of ``reserved`` GPUs, on demand and spot by
+    ``optimal_mix``'s rule: the reservation serves firm GPUs first, firm GPUs beyond it go on
+    demand and interruptible ones beyond it on spot. Give ``interruptible`` None (or zeros)
+    where no spot price is stored: then everything beyond the reservation is on demand."""
+    total, spare = _mix_series(gpus_needed, interruptible)
+    level = _checks.non_negative_int("reserved", reserved)
+    firm = total - spare
+    used = np.minimum(total, level)
+    return MixHours(
+        reserved=level,
+        reserved_used=used,
+        on_demand=np.maximum(firm - level, 0),
+        spot=np.maximum(total - np.maximum(firm, level), 0),
+        reserved_idle=level - used,
+    )
+
+
 # -- the projection -----------------------------------------------------------------------------
 
 
@@ -328,7 +448,8 @@ def check_period(name: str, period: object) -> Period:
 
 
 def period_starts(timestamps: npt.ArrayLike, period: Period) -> IntArray:
-    """Epoch seconds of the start of the UTC day, ISO week (Monday) or month of each timestamp."""
+    """Epoch seconds of the start of the UTC day, ISO week (Monday), month or quarter (January,
+    April, July, October) of each timestamp."""
     kind = check_period("period", period)
     seconds = check_timestamps("timestamps", timestamps).astype(np.int64)
     days = seconds // DAY_S
@@ -338,12 +459,16 @@ def period_starts(timestamps: npt.ArrayLike, period: Period) -> IntArray:
         # Epoch day 0 (1970-01-01) was a Thursday: Monday is 3 days earlier in the week.
         return (days - (days + 3) % 7) * DAY_S
     months = seconds.astype("datetime64[s]").astype("datetime64[M]")
+    if kind == "quarter":
+        # Months since 1970-01, which began a quarter: back to the quarter's first month.
+        index = months.astype(np.int64)
+        months = (index - index % 3).astype("datetime64[M]")
     return months.astype("datetime64[s]").astype(np.int64)
 
 
 def period_label(start: int, period: Period) -> str:
     """The label of the period starting at ``start`` (epoch s): "2025-04-01", "2025-W14",
-    "2025-04"."""
+    "2025-04", "2025-Q2"."""
     kind = check_period("period", period)
     moment = datetime.fromtimestamp(int(start), tz=UTC)
     if kind == "day":
@@ -351,6 +476,8 @@ def period_label(start: int, period: Period) -> str:
     if kind == "week":
         year, week, _ = moment.isocalendar()
         return f"{year:04d}-W{week:02d}"
+    if kind == "quarter":
+        return f"{moment.year:04d}-Q{(moment.month - 1) // 3 + 1}"
     return moment.strftime("%Y-%m")
 
 
@@ -362,12 +489,12 @@ def period_end(start: int, period: Period) -> int:
     if kind == "week":
         return int(start) + 7 * DAY_S
     moment = datetime.fromtimestamp(int(start), tz=UTC)
-    year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
-    return int(datetime(year, month, 1, tzinfo=UTC).timestamp())
+    index = moment.year * 12 + moment.month - 1 + (3 if kind == "quarter" else 1)
+    return int(datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC).timestamp())
 
 
 def period_labels(timestamps: npt.ArrayLike, period: Period) -> npt.NDArray[np.str_]:
-    """The label (``period_label``) of the day, ISO week or month of each timestamp."""
+    """The label (``period_label``) of the day, ISO week, month or quarter of each timestamp."""
     starts = period_starts(timestamps, period)
     names = {int(start): period_label(int(start), period) for start in np.unique(starts)}
     return np.array([names[int(start)] for start in starts], dtype=np.str_)
@@ -400,7 +527,8 @@ def project_costs(
     least-cost number of GPUs over the whole horizon (``optimal_commitment``) unless
     ``commitment`` names its level in GPUs (0 buys everything on demand). The reservation's
     fee falls on every hour of the horizon, so each month pays for its own hours. ``period``
-    labels the lines by day, ISO week or month (the ``month`` field then holds that label).
+    labels the lines by day, ISO week, month or quarter (the ``month`` field then holds that
+    label).
     """
     hours = _check_hours(timestamps)
     kind = check_period("period", period)

@@ -51,7 +51,7 @@ def unserved_sentences(instance: Instance, plan: Plan) -> list[str]:
     out: list[str] = []
     for di, demand in enumerate(instance.demands):
         rate = demand.planned_requests_per_s
-        served = sum(plan.share.get(ri, 0.0) for ri in instance.routes_of[di])
+        served = instance.served(di, plan)
         left = max(0.0, 1.0 - served) * rate
         if left <= 0:
             continue

@@ -39,7 +39,13 @@ def _sub_model(
         Part(cells=cells, demands=tuple(demands)),
         coupled=model.coupled,
         places=model.places,
+        include_hosted=False,
     )
+
+
+def _with_hosted(model: PlacementModel) -> frozenset[int]:
+    """Demands of ``model`` with a hosted share variable."""
+    return frozenset(model.instance.hosted[hi].demand for hi in model.h)
 
 
 def _solve_served(
@@ -89,6 +95,8 @@ def captive_bounds(
         return []
     captive: dict[str, list[int]] = defaultdict(list)
     for di in model.demands:
+        if di in _with_hosted(model):
+            continue  # hosted overflow may serve it for less than its region's replicas
         where = {instance.routes[ri].region for ri in instance.routes_of[di]}
         if len(where) == 1:
             captive[next(iter(where))].append(di)
@@ -126,6 +134,8 @@ def home_plan(
     demands there. None if some region cannot serve its demands in full.
     """
     instance = model.instance
+    if model.h:
+        return None  # region by region knows no hosted quota shared across regions
     assigned: dict[str, list[int]] = defaultdict(list)
     for di in model.demands:
         where = sorted({instance.routes[ri].region for ri in instance.routes_of[di]})
@@ -299,10 +309,15 @@ def search(
                 routes = [ri for ri in instance.routes_of[di] if ri in model.f]
                 if any(instance.routes[ri].region in hood for ri in routes):
                     demands.append(di)
+                    # The plan's hosted shares are held too: the quotas are rows of the part.
                     elsewhere[di] = sum(
                         plan.share.get(ri, 0.0)
                         for ri in routes
                         if instance.routes[ri].region not in hood
+                    ) + sum(
+                        plan.hosted.get(hi, 0.0)
+                        for hi in model.h
+                        if instance.hosted[hi].demand == di
                     )
             sub = PlacementModel(
                 instance,
@@ -313,6 +328,7 @@ def search(
                 coupled=model.coupled,
                 places=model.places,
                 served_elsewhere=elsewhere,
+                include_hosted=False,
             )
             _, piece = _solve_served(
                 sub,
@@ -336,6 +352,7 @@ def search(
                     ri: x for ri, x in plan.share.items() if instance.routes[ri].region not in hood
                 }
                 | piece.share,
+                hosted=dict(plan.hosted),
             )
             value = model.objective_value(objective, candidate)
             if (
@@ -362,3 +379,44 @@ def bound_rows(
         if terms:
             rows.append((terms, bound * (1 - 1e-9) - 1e-9))
     return rows
+
+
+def repair_plan(
+    model: PlacementModel,
+    hint: Plan,
+    objective: Mapping[int, float],
+    *,
+    regions: frozenset[str],
+    deadline: float,
+    workers: int,
+    seed: int,
+    backend: BackendName,
+) -> Plan | None:
+    """A plan near ``hint`` (the part's uncoupled plans, which break inventory only in
+    ``regions``): the replicas outside ``regions`` held at the hint's, the blocks of
+    ``regions`` and all routing free. A small MIP; None when it finds no exact plan."""
+    restricted = make_backend(model.lm, backend, workers=workers, seed=seed)
+    for v in model.v.values():
+        restricted.set_upper_bound(v, 0.0)
+    values = model.values_from_plan(hint)
+    for (region, _shape), b in model.blocks.items():
+        if region in regions:
+            continue
+        if b.count is not None:
+            restricted.fix(b.count, values[b.count])
+        else:
+            for v in b.n.values():
+                restricted.fix(v, values[v])
+    left = deadline - time.perf_counter()
+    if left <= 0.05:
+        return None
+    outcome = restricted.solve(objective, maximize=False, time_limit_s=left, hint=None)
+    if outcome.values is None:
+        return None
+    try:
+        candidate = model.plan_from_values(outcome.values)
+    except SplitFailed:
+        return None
+    if plan_violations(model.instance, candidate):
+        return None
+    return candidate

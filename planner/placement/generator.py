@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +125,45 @@ AMPLE_FACTOR = 2.0
 AMPLE_FLOOR_GPUS = 16
 
 
+@dataclass(frozen=True)
+class HostedVendor:
+    """A hosted-API vendor: where its list prices sit in each model's range (0 cheapest,
+    1 dearest), its p95 time to first token (s), the geographies it serves from (at most
+    this many regions in each) and the chance it serves a given model."""
+
+    name: str
+    price_position: float
+    p95_ttft_s: float
+    geographies: tuple[str, ...]
+    regions_per_geography: int
+    model_share: float
+
+
+# Three vendor archetypes: a cheap one in the two big geographies, a mid-priced one
+# almost everywhere, and a premium one with the fastest first token.
+HOSTED_VENDORS: tuple[HostedVendor, ...] = (
+    HostedVendor("budget-api", 0.15, 0.9, ("us", "eu"), 1, 0.75),
+    HostedVendor("cloud-api", 0.5, 0.6, ("us", "eu", "ap", "sa", "me"), 2, 0.8),
+    HostedVendor("premium-api", 0.85, 0.35, ("us", "eu", "ap"), 1, 0.6),
+)
+# $ per million input and output tokens, (cheapest, dearest) over public open-weights list
+# prices. Against this catalogue's replicas, hosting the large models is often cheaper than
+# a marginal replica and the small ones seldom are (a replica's rounding and failure floors
+# aside).
+HOSTED_PRICES: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
+    "llama-8b": ((0.05, 0.20), (0.08, 0.20)),
+    "llama-70b": ((0.35, 0.90), (0.40, 0.90)),
+    "llama-405b-fp8": ((0.80, 3.50), (0.80, 3.50)),
+    "qwen-32b": ((0.20, 0.80), (0.20, 0.90)),
+    "mixtral-8x22b": ((0.60, 1.20), (0.60, 1.20)),
+}
+# Quota tiers a provider account is on: tokens per minute (input + output) and, for some,
+# requests per minute. The small tiers bind for the larger tenants.
+HOSTED_TPM_TIERS: tuple[int, ...] = (100_000, 300_000, 1_000_000, 3_000_000, 10_000_000)
+HOSTED_RPM_TIERS: tuple[int, ...] = (300, 1_000, 5_000)
+HOSTED_RPM_SHARE = 0.5
+
+
 def _require_count(name: str, value: int, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise PlannerInputError(
@@ -224,6 +264,8 @@ def generate_problem(
     models: int = 4,
     two_model_share: float = 0.35,
     target_utilization: float = DEFAULT_TARGET_UTILIZATION,
+    hosted: bool = False,
+    hosted_overflow_share: float = 0.4,
 ) -> dict[str, Any]:
     """A placement problem in format v1 with ``tenants`` tenants on a random fleet.
 
@@ -238,6 +280,11 @@ def generate_problem(
     the GPUs the home demand needs (work at target utilisation, zone headroom for "zone"
     promises, one spare replica per model) on one GPU class chosen per demand, split evenly
     over the zones: well below 1 the fleet cannot serve everything.
+
+    With ``hosted`` the problem also has ``hosted`` providers (``_hosted_providers``) and
+    ``hosted_overflow_share`` of tenants (their tier) may overflow to them. Everything else
+    is drawn exactly as without: the providers come from a random stream of their own, so
+    the same arguments give the same fleet and demands with or without them.
     """
     _require_count("tenants", tenants, 1)
     _require_count("regions", regions, 1)
@@ -253,6 +300,7 @@ def generate_problem(
     _require_share("residency_share", residency_share)
     _require_share("spill_share", spill_share)
     _require_share("two_model_share", two_model_share)
+    _require_share("hosted_overflow_share", hosted_overflow_share)
     if not (0.0 < target_utilization <= 1.0):
         raise PlannerInputError("target_utilization", "must be within (0, 1]")
 
@@ -359,7 +407,7 @@ def generate_problem(
         target_utilization,
     )
 
-    return {
+    out: dict[str, Any] = {
         "format": PROBLEM_FORMAT,
         "target_utilization": target_utilization,
         "regions": region_rows,
@@ -372,6 +420,70 @@ def generate_problem(
         "rtt_ms": rtt_rows,
         "demands": demand_rows,
     }
+    if hosted:
+        out["hosted"] = _hosted_providers(
+            random.Random(f"hosted:{seed}"),
+            regions_by_geo,
+            [m.name for m in servable_models],
+            demand_rows,
+            hosted_overflow_share,
+        )
+    return out
+
+
+def _hosted_providers(
+    rng: random.Random,
+    regions_by_geo: Mapping[str, list[str]],
+    models: list[str],
+    demand_rows: list[dict[str, Any]],
+    overflow_share: float,
+) -> list[dict[str, Any]]:
+    """``hosted`` rows, and ``hosted_overflow`` on the demands of some tenants (in place).
+
+    One row per vendor, model and region it serves that model from (a provider bills one
+    price for everything it serves, and list prices differ by model): the vendor's place
+    in the model's price range, ±10 % per row; a quota tier per row, drawn so that some
+    bind; a request quota on some. Tenants residing in one geography can only use the rows
+    in its regions (their ``allowed_regions``); the others may use any.
+    """
+    rows: list[dict[str, Any]] = []
+    for vendor in HOSTED_VENDORS:
+        served = [m for m in models if m in HOSTED_PRICES and rng.random() < vendor.model_share]
+        places = [
+            region
+            for geo in vendor.geographies
+            if geo in regions_by_geo
+            for region in rng.sample(
+                regions_by_geo[geo], min(vendor.regions_per_geography, len(regions_by_geo[geo]))
+            )
+        ]
+        for model in served:
+            (in_low, in_high), (out_low, out_high) = HOSTED_PRICES[model]
+            for region in places:
+                factor = rng.uniform(0.9, 1.1)
+                position = vendor.price_position
+                row: dict[str, Any] = {
+                    "name": f"{vendor.name}/{model}@{region}",
+                    "region": region,
+                    "models": [model],
+                    "input_price_per_mtok": round(
+                        factor * (in_low + position * (in_high - in_low)), 3
+                    ),
+                    "output_price_per_mtok": round(
+                        factor * (out_low + position * (out_high - out_low)), 3
+                    ),
+                    "tpm_limit": rng.choice(HOSTED_TPM_TIERS),
+                    "p95_ttft_s": round(vendor.p95_ttft_s * rng.uniform(0.9, 1.2), 2),
+                }
+                if rng.random() < HOSTED_RPM_SHARE:
+                    row["rpm_limit"] = rng.choice(HOSTED_RPM_TIERS)
+                rows.append(row)
+    allowed = {str(d["tenant"]) for d in demand_rows}
+    overflowing = {t for t in sorted(allowed) if rng.random() < overflow_share}
+    for demand in demand_rows:
+        if demand["tenant"] in overflowing:
+            demand["hosted_overflow"] = True
+    return rows
 
 
 def _gpus_needed(

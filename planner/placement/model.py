@@ -23,7 +23,13 @@ Variables, per part of the problem (``Part``: regions × models linked by demand
 Rows, per region and shape, divided by the target utilisation so that they read in
 replicas: capacity ``Σ f·R·c/U ≤ N``; N+1 ``Σ_{promise ≥ n+1} f·R·c/U + y ≤ N``; zone loss
 ``Σ_{promise = zone} f·R·c/U + m ≤ N`` with ``n[z] ≤ m`` (so every zone's loss is covered);
-concurrency ``Σ f·R·residence/max_concurrency ≤ N``; per demand ``Σ f + v = 1``.
+concurrency ``Σ f·R·residence/max_concurrency ≤ N``; per demand ``Σ f + Σ h + v = 1``.
+
+Hosted overflow: ``h[hosted route]`` in [0, 1] is the share of ``R_d`` a hosted API
+(``Problem.hosted``) serves, where the demand is eligible (``Problem.hosted_ineligible_reason``).
+Per provider, ``Σ h·R·60·(prompt + output) ≤ tpm_limit`` and, where given,
+``Σ h·R·60 ≤ rpm_limit``; its spend ``Σ h·R·3600·(prompt·in + output·out)/1e6`` $/hour is in
+the cost objective. A hosted share is on no replica: it enters no capacity, N+1 or zone row.
 
 Inventory per zone and accelerator is added only where shapes compete for it
 (``coupled``): a pooled plan is split into zones afterwards (``split_pooled``) and only
@@ -40,7 +46,7 @@ from dataclasses import dataclass, field
 
 from planner.capacity._checks import ceil_count
 from planner.placement.linear import LinearModel
-from planner.placement.problem import Demand, Problem, Shape
+from planner.placement.problem import Demand, HostedProvider, Problem, Shape
 
 # Relative tolerance for "this row holds": float noise only (planner.capacity's
 # ceil_count uses the same). Far below the spec's 1e-6, so a plan never leans on the spec's
@@ -64,6 +70,33 @@ class Route:
     concurrency: float
     promise_level: int
     rtt_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class HostedRoute:
+    """A demand's overflow to a hosted API: per share of its planned rate, the tokens per
+    minute and requests per minute it takes of the provider's quotas and its $/hour."""
+
+    demand: int
+    provider: str
+    region: str
+    tokens_per_minute: float
+    requests_per_minute: float
+    cost_per_hour: float
+
+
+def hosted_route(demand: Demand, di: int, provider: HostedProvider) -> HostedRoute:
+    """The whole of ``demand`` on ``provider``: ``R_d · 60 · (prompt + output)`` tokens per
+    minute, ``R_d · 60`` requests per minute, ``R_d · 3600`` × $ per request."""
+    rate = demand.planned_requests_per_s
+    return HostedRoute(
+        demand=di,
+        provider=provider.name,
+        region=provider.region,
+        tokens_per_minute=rate * 60.0 * demand.tokens_per_request,
+        requests_per_minute=rate * 60.0,
+        cost_per_hour=rate * 3600.0 * provider.cost_per_request(demand),
+    )
 
 
 @dataclass(frozen=True)
@@ -91,6 +124,19 @@ class Instance:
     zones_of: Mapping[str, tuple[str, ...]]
     shapes: tuple[Shape, ...]
     previous: Mapping[tuple[str, str], int]
+    hosted: tuple[HostedRoute, ...] = ()
+    hosted_of: tuple[tuple[int, ...], ...] = ()
+
+    def served(self, di: int, plan: Plan) -> float:
+        """Share of demand ``di``'s planned rate that ``plan`` serves, replicas and hosted."""
+        out = sum(plan.share.get(ri, 0.0) for ri in self.routes_of[di])
+        if self.hosted_of:
+            out += sum(plan.hosted.get(hi, 0.0) for hi in self.hosted_of[di])
+        return out
+
+    def hosted_cost(self, plan: Plan) -> float:
+        """$/hour of ``plan``'s hosted overflow."""
+        return sum(share * self.hosted[hi].cost_per_hour for hi, share in plan.hosted.items())
 
     @staticmethod
     def build(problem: Problem) -> Instance:
@@ -147,6 +193,17 @@ class Instance:
             for row in problem.previous or ()
             if row.replicas > 0
         }
+        hosted: list[HostedRoute] = []
+        hosted_of: list[tuple[int, ...]] = []
+        providers = sorted(problem.hosted, key=lambda p: p.name)
+        for di, d in enumerate(demands):
+            mine = []
+            if d.planned_requests_per_s > 0:
+                for provider in providers:
+                    if problem.hosted_ineligible_reason(d, provider) is None:
+                        mine.append(len(hosted))
+                        hosted.append(hosted_route(d, di, provider))
+            hosted_of.append(tuple(mine))
         return Instance(
             problem=problem,
             demands=demands,
@@ -156,7 +213,17 @@ class Instance:
             zones_of=zones_of,
             shapes=shapes,
             previous=previous,
+            hosted=tuple(hosted),
+            hosted_of=tuple(hosted_of) if hosted else (),
         )
+
+    def _cells_of(self, di: int) -> set[tuple[str, str]]:
+        """(region, model) cells demand ``di`` may use: its routes' and its hosted routes'."""
+        model = self.demands[di].model
+        cells = {(self.routes[ri].region, model) for ri in self.routes_of[di]}
+        if self.hosted_of:
+            cells |= {(self.hosted[hi].region, model) for hi in self.hosted_of[di]}
+        return cells
 
     def parts(self, coupled: Collection[tuple[str, str]] = ()) -> list[Part]:
         """Independent parts: (region, model) cells linked by demands that may use them.
@@ -180,12 +247,19 @@ class Instance:
             if ra != rb:
                 parent[max(ra, rb)] = min(ra, rb)
 
-        for di, ris in enumerate(self.routes_of):
-            cells = sorted({(self.routes[ri].region, self.demands[di].model) for ri in ris})
+        # A hosted route is in the cell of its provider's region and the demand's model; all
+        # the cells of one provider share its quotas, so they are one part.
+        provider_cell: dict[str, tuple[str, str]] = {}
+        for di in range(len(self.demands)):
+            cells = sorted(self._cells_of(di))
             for c in cells:
                 find(c)
             for c in cells[1:]:
                 union(cells[0], c)
+            for hi in self.hosted_of[di] if self.hosted_of else ():
+                h = self.hosted[hi]
+                cell = (h.region, self.demands[di].model)
+                union(provider_cell.setdefault(h.provider, cell), cell)
         for z, s in self.previous:
             find((problem.region_of_zone(z), problem.shape(s).model))
         for region, accelerator in sorted(coupled):
@@ -201,10 +275,10 @@ class Instance:
         for c in sorted(parent):
             groups[find(c)].append(c)
         demands_of: dict[tuple[str, str], list[int]] = defaultdict(list)
-        for di, ris in enumerate(self.routes_of):
-            if ris:
-                first = self.routes[ris[0]]
-                demands_of[find((first.region, self.demands[di].model))].append(di)
+        for di in range(len(self.demands)):
+            cells = sorted(self._cells_of(di))
+            if cells:
+                demands_of[find(cells[0])].append(di)
         return [
             Part(cells=tuple(groups[root]), demands=tuple(demands_of[root]))
             for root in sorted(groups, key=lambda k: groups[k][0])
@@ -262,6 +336,7 @@ class Plan:
 
     replicas: dict[tuple[str, str], int]
     share: dict[int, float]  # route index -> f
+    hosted: dict[int, float] = field(default_factory=dict)  # hosted route index -> h
 
 
 class SplitFailed(Exception):
@@ -288,6 +363,7 @@ class PlacementModel:
         places: Mapping[tuple[str, str], Site] | None = None,
         formulation: Formulation = Formulation(),
         served_elsewhere: Mapping[int, float] | None = None,
+        include_hosted: bool = True,
     ) -> None:
         self.instance = instance
         problem = instance.problem
@@ -352,18 +428,30 @@ class PlacementModel:
         # sub-part (decompose.search) holds fixed on routes outside it.
         elsewhere = served_elsewhere or {}
         self.rhs = {di: max(0.0, 1.0 - elsewhere.get(di, 0.0)) for di in self.demands}
+        # Hosted shares (whole parts only: a sub-part built by decompose.py holds the plan's
+        # hosted shares fixed in ``served_elsewhere``, so the quotas stay whole-part rows).
+        self.h: dict[int, int] = {}
+        if include_hosted and instance.hosted_of:
+            for di in self.demands:
+                for hi in instance.hosted_of[di]:
+                    hr = instance.hosted[hi]
+                    if (hr.region, instance.demands[di].model) in cells:
+                        self.h[hi] = lm.add_var(0.0, 1.0, integer=False, name=f"h[{hi}]")
         self.v: dict[int, int] = {}
         for di in self.demands:
             rhs = self.rhs[di]
             v = lm.add_var(0.0, rhs, integer=False, name=f"v[{instance.demands[di].id}]")
             self.v[di] = v
             terms = [(self.f[ri], 1.0) for ri in instance.routes_of[di] if ri in self.f]
+            if instance.hosted_of:
+                terms += [(self.h[hi], 1.0) for hi in instance.hosted_of[di] if hi in self.h]
             terms.append((v, 1.0))
             lm.add_row(terms, rhs, rhs, name=f"demand[{instance.demands[di].id}]")
 
         for key in sorted(self.blocks):
             self._block_rows(self.blocks[key], formulation)
         self._inventory_rows()
+        self._quota_rows()
 
         # |n − previous| for the change objective: per zone where a previous row exists,
         # N itself for a block with none (its previous is 0 everywhere).
@@ -462,6 +550,42 @@ class PlacementModel:
                 name=f"concurrency[{label}]",
             )
 
+    def _quota_rows(self) -> None:
+        """Per hosted provider: tokens per minute (and requests per minute) within its quotas.
+
+        Divided by the quota, so the row reads in shares of it; a zero quota closes the
+        provider's shares instead."""
+        by_provider: dict[str, list[int]] = defaultdict(list)
+        for hi in sorted(self.h):
+            by_provider[self.instance.hosted[hi].provider].append(hi)
+        providers = {p.name: p for p in self.instance.problem.hosted}
+        for name, his in sorted(by_provider.items()):
+            provider = providers[name]
+            quotas: list[tuple[str, float, float]] = [("tpm", provider.tpm_limit, 0.0)]
+            if provider.rpm_limit is not None:
+                quotas.append(("rpm", provider.rpm_limit, 1.0))
+            for label, limit, _ in quotas:
+                terms = [
+                    (
+                        self.h[hi],
+                        self.instance.hosted[hi].tokens_per_minute
+                        if label == "tpm"
+                        else self.instance.hosted[hi].requests_per_minute,
+                    )
+                    for hi in his
+                ]
+                if limit <= 0:
+                    for var, coef in terms:
+                        if coef > 0:
+                            self.lm.add_row([(var, 1.0)], -math.inf, 0.0, name=f"{label}[{name}]")
+                    continue
+                self.lm.add_row(
+                    [(var, coef / limit) for var, coef in terms if coef > 0],
+                    -math.inf,
+                    1.0,
+                    name=f"{label}[{name}]",
+                )
+
     def _inventory_rows(self) -> None:
         problem = self.instance.problem
         by_zone: dict[tuple[str, str], list[tuple[int, int, int]]] = defaultdict(list)
@@ -489,8 +613,12 @@ class PlacementModel:
         return {self.v[di]: self.instance.demands[di].planned_requests_per_s for di in demands}
 
     def cost_objective(self) -> dict[int, float]:
-        """Σ n · gpus · $/GPU-hour · region multiplier, in $/hour."""
-        return {var: coef for b in self.blocks.values() for var, coef in b.count_terms(b.price)}
+        """Σ n · gpus · $/GPU-hour · region multiplier + Σ h · hosted $/hour, in $/hour."""
+        out = {var: coef for b in self.blocks.values() for var, coef in b.count_terms(b.price)}
+        for hi, var in self.h.items():
+            if self.instance.hosted[hi].cost_per_hour > 0:
+                out[var] = self.instance.hosted[hi].cost_per_hour
+        return out
 
     def change_objective(self) -> dict[int, float]:
         """Σ |n − previous| in replicas, less previous replicas no variable can keep."""
@@ -528,6 +656,7 @@ class PlacementModel:
             elif b.count is not None:
                 totals[key] = round(values[b.count])
         share: dict[int, float] = {}
+        hosted: dict[int, float] = {}
         for di in self.demands:
             mine: dict[int, float] = {}
             for ri in self.instance.routes_of[di]:
@@ -539,12 +668,22 @@ class PlacementModel:
                 weighs = route.load > 0 or route.concurrency > 0
                 if s > 1e-12 and (totals.get((route.region, route.shape), 0) > 0 or not weighs):
                     mine[ri] = s
-            total = sum(mine.values())
+            away: dict[int, float] = {}
+            for hi in self.instance.hosted_of[di] if self.instance.hosted_of else ():
+                if hi in self.h and values[self.h[hi]] > 1e-12:
+                    away[hi] = values[self.h[hi]]
+            total = sum(mine.values()) + sum(away.values())
             rhs = self.rhs[di]
-            if total > 0 and (total > rhs or abs(total - rhs) <= ROW_TOLERANCE):
+            if total > rhs:
                 mine = {ri: s * rhs / total for ri, s in mine.items()}
+                away = {hi: s * rhs / total for hi, s in away.items()}
+            elif total > 0 and abs(total - rhs) <= ROW_TOLERANCE and mine:
+                # Only the replica shares are scaled up: a hosted share could pass its quota.
+                routed = sum(mine.values())
+                mine = {ri: s * (rhs - sum(away.values())) / routed for ri, s in mine.items()}
             share.update(mine)
-        plan = Plan(replicas=fixed, share=share)
+            hosted.update(away)
+        plan = Plan(replicas=fixed, share=share, hosted=hosted)
         pooled = {
             key: totals[key] for key, b in self.blocks.items() if not b.zonal and totals[key] > 0
         }
@@ -580,10 +719,16 @@ class PlacementModel:
                     values[aux] = float(abs(counts[z] - self.previous[(z, b.shape.name)]))
         for ri, var in self.f.items():
             values[var] = plan.share.get(ri, 0.0)
+        for hi, var in self.h.items():
+            values[var] = plan.hosted.get(hi, 0.0)
         for di, var in self.v.items():
             served = sum(
                 plan.share.get(ri, 0.0) for ri in self.instance.routes_of[di] if ri in self.f
             )
+            if self.instance.hosted_of:
+                served += sum(
+                    plan.hosted.get(hi, 0.0) for hi in self.instance.hosted_of[di] if hi in self.h
+                )
             # Shares scaled to whole add up to 1 only within float noise: not unserved.
             left = self.rhs[di] - served
             values[var] = left if left > ROW_TOLERANCE * max(1.0, self.rhs[di]) else 0.0
@@ -635,16 +780,14 @@ def plan_rank(instance: Instance, plan: Plan, demands: Iterable[int]) -> tuple[f
     spill = 0.0
     for di in demands:
         rate = instance.demands[di].planned_requests_per_s
-        served = 0.0
         for ri in instance.routes_of[di]:
-            share = plan.share.get(ri, 0.0)
-            served += share
-            spill += share * rate * instance.routes[ri].rtt_ms
+            spill += plan.share.get(ri, 0.0) * rate * instance.routes[ri].rtt_ms
+        served = instance.served(di, plan)
         unserved[instance.demands[di].priority] += max(0.0, 1.0 - served) * rate
     cost = sum(
         n * problem.replica_price_per_hour(z, problem.shape(s))
         for (z, s), n in plan.replicas.items()
-    )
+    ) + instance.hosted_cost(plan)
     keys = set(plan.replicas) | set(instance.previous)
     change = float(sum(abs(plan.replicas.get(k, 0) - instance.previous.get(k, 0)) for k in keys))
     return (*(unserved[p] for p in sorted(unserved)), cost, change, spill)
@@ -689,7 +832,7 @@ def resplit(
             totals[key] += n
     replicas = dict(fixed)
     replicas.update(split_pooled(instance, places, pooled_caps(instance, plan, totals), fixed))
-    return Plan(replicas=replicas, share=dict(plan.share))
+    return Plan(replicas=replicas, share=dict(plan.share), hosted=dict(plan.hosted))
 
 
 def split_pooled(
@@ -811,8 +954,36 @@ def plan_violations(instance: Instance, plan: Plan) -> list[str]:
                 out.append(f"zone {key}: {zonal} > {total} - {biggest}")
         if not holds(conc, total):
             out.append(f"concurrency {key}: {conc} > {total}")
-    for di, ris in enumerate(instance.routes_of):
-        served = sum(plan.share.get(ri, 0.0) for ri in ris)
+    for di in range(len(instance.routes_of)):
+        served = instance.served(di, plan)
         if served > 1.0 + ROW_TOLERANCE:
             out.append(f"demand {instance.demands[di].id}: serves {served} of its rate")
+    out.extend(quota_violations(instance, plan))
+    return out
+
+
+def hosted_usage(instance: Instance, plan: Plan) -> dict[str, tuple[float, float, float]]:
+    """Per hosted provider: (tokens per minute, requests per minute, $/hour) ``plan`` sends."""
+    out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for hi, share in plan.hosted.items():
+        if share <= 0:
+            continue
+        h = instance.hosted[hi]
+        acc = out[h.provider]
+        acc[0] += share * h.tokens_per_minute
+        acc[1] += share * h.requests_per_minute
+        acc[2] += share * h.cost_per_hour
+    return {k: (v[0], v[1], v[2]) for k, v in out.items()}
+
+
+def quota_violations(instance: Instance, plan: Plan) -> list[str]:
+    """Hosted quotas ``plan`` breaks beyond float noise, in words."""
+    out: list[str] = []
+    providers = {p.name: p for p in instance.problem.hosted}
+    for name, (tpm, rpm, _cost) in sorted(hosted_usage(instance, plan).items()):
+        provider = providers[name]
+        if not holds(tpm, provider.tpm_limit):
+            out.append(f"tpm {name}: {tpm} > {provider.tpm_limit}")
+        if provider.rpm_limit is not None and not holds(rpm, provider.rpm_limit):
+            out.append(f"rpm {name}: {rpm} > {provider.rpm_limit}")
     return out

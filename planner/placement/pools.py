@@ -14,7 +14,7 @@ from typing import Any
 
 from planner.placement.explain import plan_from_solution
 from planner.placement.model import Instance, block_loads
-from planner.placement.problem import PROMISES, parse_problem
+from planner.placement.problem import PROMISES, Problem, parse_problem
 
 
 @dataclass(frozen=True)
@@ -38,12 +38,12 @@ class PoolLoad:
     promise: str
 
 
-def pool_loads(problem: Mapping[str, Any], solution: Mapping[str, Any]) -> list[PoolLoad]:
+def pool_loads(problem: Mapping[str, Any] | Problem, solution: Mapping[str, Any]) -> list[PoolLoad]:
     """Every pool the solution gives replicas or routes traffic to, sorted by region, shape.
 
     Raises ``ProblemInvalid`` for a problem that is not valid ``placement-problem/v1``.
     """
-    parsed = parse_problem(problem)
+    parsed = problem if isinstance(problem, Problem) else parse_problem(problem)
     instance = Instance.build(parsed)
     plan = plan_from_solution(instance, solution)
     loads = block_loads(instance, plan, range(len(instance.routes)))

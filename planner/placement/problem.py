@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Final, Literal, cast
+from typing import Any, Final, Literal, cast
 
 from planner.capacity.sizing import DEFAULT_TARGET_UTILIZATION as DEFAULT_TARGET_UTILIZATION
 from planner.errors import PlannerInputError
@@ -134,6 +134,25 @@ class Demand:
     #: Shapes a replay found unable to hold the objective at any replica count
     #: (``planner.placement.verified``): not eligible for this demand.
     excluded_shapes: tuple[str, ...] = ()
+    # The control plane's extensions (docs/placement-format.md, "What the control plane
+    # adds"): the planner does not read them; they are typed here so that no reader of a plan
+    # goes back to the raw document for them.
+    #: The tenant's tier name (None: not given).
+    tier: str | None = None
+    #: How ``requests_per_s`` was forecast from telemetry (None: sized from the profile).
+    forecast: Mapping[str, object] | None = None
+    #: The id of the stored request trace a re-plan replays (None: none).
+    request_trace: object | None = None
+    #: The burst before a replay raised it (None: not raised).
+    burst_before_replay: float | None = None
+    #: May the plan send part of this demand to a hosted API (``Problem.hosted``)? The
+    #: control plane sets it from the tenant's tier policy.
+    hosted_overflow: bool = False
+
+    @property
+    def tokens_per_request(self) -> float:
+        """Prompt + output tokens of one request: what a tokens-per-minute quota counts."""
+        return self.prompt_tokens + self.output_tokens
 
     @property
     def planned_requests_per_s(self) -> float:
@@ -144,6 +163,34 @@ class Demand:
     def promise_level(self) -> int:
         """0 for "none", 1 for "n+1", 2 for "zone"."""
         return PROMISE_LEVEL[self.promise]
+
+
+@dataclass(frozen=True, slots=True)
+class HostedProvider:
+    """A hosted inference API the plan may send overflow to, inside its quotas.
+
+    It serves ``models`` from ``region`` (a region of the problem, for residency), bills $ per
+    million input and output tokens, and admits ``tpm_limit`` tokens per minute (input +
+    output) and ``rpm_limit`` requests per minute (None: no request quota). ``p95_ttft_s`` is
+    its p95 time to first token, held against a demand's ``ttft_slo_s``. It has no zones:
+    what it carries is on no replica and in no failure floor.
+    """
+
+    name: str
+    region: str
+    models: tuple[str, ...]
+    input_price_per_mtok: float
+    output_price_per_mtok: float
+    tpm_limit: float
+    rpm_limit: float | None
+    p95_ttft_s: float
+
+    def cost_per_request(self, demand: Demand) -> float:
+        """$ of one request of ``demand`` here: prompt × input price + output × output price."""
+        return (
+            demand.prompt_tokens * self.input_price_per_mtok
+            + demand.output_tokens * self.output_price_per_mtok
+        ) / 1e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +217,7 @@ class Problem:
     rtt_ms: tuple[Rtt, ...]
     demands: tuple[Demand, ...]
     previous: tuple[PreviousRow, ...] | None = None
+    hosted: tuple[HostedProvider, ...] = ()
 
     _region_by_name: Mapping[str, Region] = field(init=False, repr=False, compare=False)
     _region_of_zone: Mapping[str, str] = field(init=False, repr=False, compare=False)
@@ -199,6 +247,11 @@ class Problem:
         }
         for name, value in indexes.items():
             object.__setattr__(self, name, value)
+
+    def __reduce__(self) -> tuple[type[Problem], tuple[Any, ...]]:
+        # Pickled (parts solved on Ray, solver.py) by its rows only: the indexes are
+        # rebuilt on the other side (a MappingProxyType does not pickle).
+        return (Problem, tuple(getattr(self, f.name) for f in fields(self) if f.init))
 
     def region(self, name: str) -> Region:
         """The region called ``name``."""
@@ -260,6 +313,29 @@ class Problem:
             f"prefill on {shape.name} before any queueing, above the {demand.ttft_slo_s:g} s "
             "p95 TTFT objective"
         )
+
+    def hosted_ineligible_reason(self, demand: Demand, provider: HostedProvider) -> str | None:
+        """Why ``demand`` may not overflow to ``provider``, or None where it may.
+
+        It may where its tier allows hosted overflow, the provider serves its model from one
+        of its allowed regions, and (where the demand has a TTFT objective) the provider's
+        p95 time to first token is within it.
+        """
+        if not demand.hosted_overflow:
+            return "its tier does not allow hosted overflow"
+        if demand.model not in provider.models:
+            return f"{provider.name} does not serve {demand.model}"
+        if provider.region not in demand.allowed_regions:
+            return (
+                f"{provider.name} serves from {provider.region}, outside its allowed regions "
+                f"({', '.join(demand.allowed_regions)})"
+            )
+        if demand.ttft_slo_s is not None and provider.p95_ttft_s > demand.ttft_slo_s:
+            return (
+                f"{provider.name}'s p95 TTFT of {provider.p95_ttft_s:g} s is above its "
+                f"{demand.ttft_slo_s:g} s objective"
+            )
+        return None
 
     def serving_regions(self, demand: Demand) -> tuple[str, ...]:
         """Regions that may serve ``demand``: allowed, and home or within its spill rtt."""
@@ -587,11 +663,24 @@ def _parse_demands(
         )
         scv_raw = _optional(row, "arrival_scv")
         scv = 1.0 if scv_raw is None else _positive(scv_raw, f"{path}.arrival_scv")
+        tier_raw = _optional(row, "tier")
+        tier = None if tier_raw is None else _name(tier_raw, f"{path}.tier")
+        forecast_raw = _optional(row, "forecast")
+        forecast = (
+            None
+            if forecast_raw is None
+            else MappingProxyType(dict(_mapping(forecast_raw, f"{path}.forecast")))
+        )
+        before_raw = _optional(row, "burst_before_replay")
+        before = None if before_raw is None else _number(before_raw, f"{path}.burst_before_replay")
         excluded_raw = _optional(row, "excluded_shapes")
         excluded = tuple(
             _name(name, f"{path}.excluded_shapes[{j}]")
             for j, name in enumerate(_list(excluded_raw or [], f"{path}.excluded_shapes"))
         )
+        overflow_raw = _optional(row, "hosted_overflow")
+        if overflow_raw is not None and not isinstance(overflow_raw, bool):
+            raise _fail(f"{path}.hosted_overflow", f"must be true or false, got {overflow_raw!r}")
         out.append(
             Demand(
                 id=demand_id,
@@ -613,9 +702,78 @@ def _parse_demands(
                 output_tokens_p95=output_p95,
                 arrival_scv=scv,
                 excluded_shapes=excluded,
+                tier=tier,
+                forecast=forecast,
+                request_trace=_optional(row, "request_trace"),
+                burst_before_replay=before,
+                hosted_overflow=bool(overflow_raw),
             )
         )
     return tuple(out)
+
+
+def _parse_hosted(data: Mapping[str, object], regions: set[str]) -> tuple[HostedProvider, ...]:
+    out: list[HostedProvider] = []
+    seen: set[str] = set()
+    raw_rows = _optional(data, "hosted")
+    for i, raw in enumerate(_list(raw_rows if raw_rows is not None else [], "hosted")):
+        path = f"hosted[{i}]"
+        row = _mapping(raw, path)
+        name = _name(_required(row, "name", path), f"{path}.name")
+        if name in seen:
+            raise _fail(f"{path}.name", f"duplicate hosted provider name {name!r}")
+        seen.add(name)
+        region = _known(
+            _name(_required(row, "region", path), f"{path}.region"),
+            regions,
+            "region",
+            f"{path}.region",
+        )
+        models: list[str] = []
+        for j, m in enumerate(_list(_required(row, "models", path), f"{path}.models")):
+            model = _name(m, f"{path}.models[{j}]")
+            if model not in models:
+                models.append(model)
+        if not models:
+            raise _fail(f"{path}.models", "names no model")
+        in_price = _non_negative(
+            _required(row, "input_price_per_mtok", path), f"{path}.input_price_per_mtok"
+        )
+        out_price = _non_negative(
+            _required(row, "output_price_per_mtok", path), f"{path}.output_price_per_mtok"
+        )
+        tpm = _non_negative(_required(row, "tpm_limit", path), f"{path}.tpm_limit")
+        rpm_raw = _optional(row, "rpm_limit")
+        rpm = None if rpm_raw is None else _non_negative(rpm_raw, f"{path}.rpm_limit")
+        ttft = _non_negative(_required(row, "p95_ttft_s", path), f"{path}.p95_ttft_s")
+        out.append(
+            HostedProvider(
+                name=name,
+                region=region,
+                models=tuple(models),
+                input_price_per_mtok=in_price,
+                output_price_per_mtok=out_price,
+                tpm_limit=tpm,
+                rpm_limit=rpm,
+                p95_ttft_s=ttft,
+            )
+        )
+    return tuple(out)
+
+
+def _check_hosted_products(demands: Sequence[Demand], hosted: Sequence[HostedProvider]) -> None:
+    """Refuse a demand whose tokens per minute or hosted $/hour is not a finite number."""
+    for i, d in enumerate(demands):
+        if not d.hosted_overflow:
+            continue
+        tpm = d.planned_requests_per_s * 60.0 * d.tokens_per_request
+        if not math.isfinite(tpm):
+            raise _fail(f"demands[{i}]", "its tokens per minute is not a finite number")
+        for p in hosted:
+            if not math.isfinite(d.planned_requests_per_s * 3600.0 * p.cost_per_request(d)):
+                raise _fail(
+                    f"demands[{i}]", f"its $/hour on hosted provider {p.name!r} is not finite"
+                )
 
 
 def _parse_previous(
@@ -718,6 +876,8 @@ def parse_problem(data: Mapping[str, object] | object) -> Problem:
     demands = _parse_demands(root, region_names, {s.model for s in shapes})
     _check_products(demands, shapes, regions, accelerators)
     previous = _parse_previous(root, zones, {s.name for s in shapes})
+    hosted = _parse_hosted(root, set(region_names))
+    _check_hosted_products(demands, hosted)
     return Problem(
         target_utilization=util,
         regions=regions,
@@ -727,4 +887,5 @@ def parse_problem(data: Mapping[str, object] | object) -> Problem:
         rtt_ms=rtt,
         demands=demands,
         previous=previous,
+        hosted=hosted,
     )

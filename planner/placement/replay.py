@@ -15,6 +15,15 @@ model of ``docs/capacity-math.md``) against the replicas the plan puts where it 
 * **routing**: each request goes to one of the demand's routes with the route's share of the
   served rate (a low-discrepancy split, as a weighted gateway spreads them); the unserved
   share is not replayed;
+* **hosted overflow**: where the solution sends a share of the demand to a hosted API (its
+  ``hosted`` rows), that share of the requests goes there by the same split and into no
+  replica queue. A hosted request's TTFT is the provider's ``p95_ttft_s`` (the figure the
+  plan was made with). Each provider's quotas are checked per minute of the replayed
+  arrivals (minute ``⌊t / 60⌋``, all the demands it serves together, in arrival order): a
+  request that would take the minute past ``rpm_limit`` requests or ``tpm_limit`` tokens
+  (prompt + output) is refused and uses none of the quota. A refused request is not served
+  (its TTFT is infinite, as a request with no replica); the report counts them per demand
+  and per provider (``HostedVerdict``, ``ProviderReplay``);
 * **pools**: the replicas of one shape in one region serve that region's requests for the
   shape as one FCFS queue (the gateway balances across zones). A request's TTFT is its wait,
   plus its prefill (``prompt × (1 − hit rate) / prefill_tokens_per_s``), plus the round trip
@@ -168,6 +177,58 @@ def synthesised_traffic(demand: Demand, *, seed: int = 0) -> Traffic:
 
 
 @dataclass(frozen=True)
+class HostedVerdict:
+    """A demand's requests sent to hosted providers: how many, their share of all its
+    replayed arrivals (served, hosted and the unserved share), how many a quota refused,
+    and the p95 TTFT of those admitted; per provider, its requests and refusals."""
+
+    requests: int
+    share: float
+    over_quota: int
+    p95_ttft_s: float
+    providers: Mapping[str, tuple[int, int]]  # provider -> (requests, over quota)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "share": round(self.share, 4),
+            "over_quota": self.over_quota,
+            "p95_ttft_s": _finite(self.p95_ttft_s),
+            "providers": {
+                name: {"requests": n, "over_quota": refused}
+                for name, (n, refused) in sorted(self.providers.items())
+            },
+        }
+
+
+@dataclass(frozen=True)
+class ProviderReplay:
+    """One hosted provider over the replay: requests offered and refused, the busiest
+    minute's offered requests and tokens, against its quotas."""
+
+    provider: str
+    requests: int
+    over_quota: int
+    minutes_over_quota: int
+    peak_requests_per_minute: int
+    peak_tokens_per_minute: float
+    rpm_limit: float | None
+    tpm_limit: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "requests": self.requests,
+            "over_quota": self.over_quota,
+            "minutes_over_quota": self.minutes_over_quota,
+            "peak_requests_per_minute": self.peak_requests_per_minute,
+            "peak_tokens_per_minute": round(self.peak_tokens_per_minute, 1),
+            "rpm_limit": self.rpm_limit,
+            "tpm_limit": self.tpm_limit,
+        }
+
+
+@dataclass(frozen=True)
 class DemandVerdict:
     """One demand's replay: p95 TTFT per scenario it is judged in, against its objective."""
 
@@ -180,9 +241,10 @@ class DemandVerdict:
     worst_scenario: str
     worst_p95_ttft_s: float
     holds: bool | None  # None: no objective to judge
+    hosted: HostedVerdict | None = None  # None: the plan sends it to no hosted provider
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "demand": self.demand,
             "tenant": self.tenant,
             "source": self.source,
@@ -193,6 +255,9 @@ class DemandVerdict:
             "worst_p95_ttft_s": _finite(self.worst_p95_ttft_s),
             "holds": self.holds,
         }
+        if self.hosted is not None:
+            out["hosted"] = self.hosted.as_dict()
+        return out
 
 
 @dataclass(frozen=True)
@@ -254,6 +319,7 @@ class ReplayReport:
     quantile: float = SLO_QUANTILE
     notes: tuple[str, ...] = field(default=())
     tenants: tuple[TenantVerdict, ...] = field(default=())
+    providers: tuple[ProviderReplay, ...] = field(default=())
 
     @property
     def holds(self) -> bool:
@@ -263,8 +329,13 @@ class ReplayReport:
     def failing(self) -> list[TenantVerdict]:
         return [v for v in self.tenants if v.holds is False]
 
+    @property
+    def over_quota(self) -> int:
+        """Hosted requests the providers' quotas refused."""
+        return sum(p.over_quota for p in self.providers)
+
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "quantile": self.quantile,
             "holds": self.holds,
             "seconds": round(self.seconds, 3),
@@ -273,6 +344,10 @@ class ReplayReport:
             "shortfalls": [s.as_dict() for s in self.shortfalls],
             "notes": list(self.notes),
         }
+        if self.providers:
+            # Only a plan with hosted overflow has the key: other reports read as before.
+            out["hosted"] = [p.as_dict() for p in self.providers]
+        return out
 
 
 def _finite(value: float) -> float | None:
@@ -374,6 +449,40 @@ def _needed_live(
     return high
 
 
+@dataclass
+class _HostedQueue:
+    """Requests sent to one hosted provider: arrival (s), tokens (prompt + output), demand."""
+
+    arrival: list[FloatArray] = field(default_factory=list)
+    tokens: list[FloatArray] = field(default_factory=list)
+    owner: list[npt.NDArray[np.int64]] = field(default_factory=list)
+
+
+def admitted_within_quota(
+    arrival: FloatArray, tokens: FloatArray, *, tpm_limit: float, rpm_limit: float | None
+) -> npt.NDArray[np.bool_]:
+    """Which requests (in arrival order) a provider admits, minute by minute.
+
+    Minute ``⌊t / 60⌋``: a request is admitted while the minute's admitted requests stay
+    within ``rpm_limit`` (None: no request quota) and their tokens within ``tpm_limit``;
+    a refused request uses none of the quota, so a smaller one after it may still fit.
+    """
+    admitted = np.zeros(arrival.shape[0], dtype=np.bool_)
+    minute, used_requests, used_tokens = None, 0, 0.0
+    for i, (t, size) in enumerate(zip(arrival.tolist(), tokens.tolist(), strict=True)):
+        now = math.floor(t / 60.0)
+        if now != minute:
+            minute, used_requests, used_tokens = now, 0, 0.0
+        if rpm_limit is not None and used_requests + 1 > rpm_limit + 1e-9:
+            continue
+        if used_tokens + size > tpm_limit + 1e-9:
+            continue
+        admitted[i] = True
+        used_requests += 1
+        used_tokens += size
+    return admitted
+
+
 def replay(
     problem: Problem,
     solution: Mapping[str, Any],
@@ -401,11 +510,22 @@ def replay(
                 (str(row["region"]), str(row["shape"]), float(row["requests_per_s"]))
             )
 
-    index = {did: k for k, did in enumerate(sorted(routes))}
+    hosted_routes: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for row in solution.get("hosted") or []:
+        if float(row["requests_per_s"]) > 0:
+            hosted_routes[str(row["demand"])].append(
+                (str(row["provider"]), float(row["requests_per_s"]))
+            )
+    providers = {p.name: p for p in problem.hosted}
+
+    replayed = sorted(set(routes) | set(hosted_routes))
+    index = {did: k for k, did in enumerate(replayed)}
     pools: dict[tuple[str, str], _Pool] = {}
+    queues: dict[str, _HostedQueue] = {}
+    offered: dict[str, int] = {}  # demand -> all its replayed arrivals (the unserved too)
     sources: dict[str, tuple[str, int]] = {}
     notes: list[str] = []
-    for did in sorted(routes):
+    for did in replayed:
         demand = demands[did]
         if demand.requests_per_s <= 0:
             continue
@@ -416,17 +536,28 @@ def replay(
         scale = own.requests_per_s / demand.requests_per_s
         arrival = own.arrival_s * scale
         planned = demand.planned_requests_per_s
-        served = sum(rate for _, _, rate in routes[did])
+        rates = [rate for _, _, rate in routes[did]] + [rate for _, rate in hosted_routes[did]]
+        served = sum(rates)
         served_share = min(1.0, served / planned) if planned > 0 else 0.0
-        # A low-discrepancy split: request i goes by (i·φ) mod 1 against the routes'
-        # cumulative shares; a share of 1 − served is the unserved part, not replayed.
+        # A low-discrepancy split: request i goes by (i·φ) mod 1 against the cumulative
+        # shares of the routes, then of the hosted providers; a share of 1 − served is the
+        # unserved part, not replayed.
         n = arrival.shape[0]
         u = np.mod(np.arange(n) * _GOLDEN + (_seed_of(did, seed) % 1000) / 1000.0, 1.0)
         bounds: FloatArray = (
-            np.cumsum([rate / planned for _, _, rate in routes[did]]) if planned else np.zeros(0)
+            np.cumsum([rate / planned for rate in rates]) if planned else np.zeros(0)
         )
         pick = np.searchsorted(bounds, u, side="right")
-        sources[did] = (own.source, int(np.sum(pick < len(routes[did]))))
+        offered[did] = n
+        sources[did] = (own.source, int(np.sum(pick < len(rates))))
+        for j, (name, _rate) in enumerate(hosted_routes[did]):
+            chosen = pick == len(routes[did]) + j
+            if not np.any(chosen):
+                continue
+            queue = queues.setdefault(name, _HostedQueue())
+            queue.arrival.append(arrival[chosen])
+            queue.tokens.append(own.prompt_tokens[chosen] + own.output_tokens[chosen])
+            queue.owner.append(np.full(int(np.sum(chosen)), index[did], dtype=np.int64))
         if served_share < 1.0 - 1e-9:
             notes.append(
                 f"{did}: {100 * (1 - served_share):.1f}% of its requests are unserved by the "
@@ -511,6 +642,68 @@ def replay(
                     )
                 )
 
+    # Hosted requests: each provider's quotas per minute, over every demand it serves.
+    hosted_ttft: dict[int, dict[str, FloatArray]] = defaultdict(dict)  # demand -> provider
+    hosted_refused: dict[int, dict[str, int]] = defaultdict(dict)
+    provider_rows: list[ProviderReplay] = []
+    for name, queue in sorted(queues.items()):
+        provider = providers[name]
+        arrival = np.concatenate(queue.arrival)
+        order = np.argsort(arrival, kind="stable")
+        arrival = arrival[order]
+        tokens = np.concatenate(queue.tokens)[order]
+        owner = np.concatenate(queue.owner)[order]
+        admitted = admitted_within_quota(
+            arrival, tokens, tpm_limit=provider.tpm_limit, rpm_limit=provider.rpm_limit
+        )
+        ttft = np.where(admitted, provider.p95_ttft_s, math.inf)
+        for k in sorted(set(owner.tolist())):
+            mine = owner == k
+            hosted_ttft[k][name] = ttft[mine]
+            hosted_refused[k][name] = int(np.sum(mine & ~admitted))
+            # A hosted request is on no replica: the same in every scenario.
+            by_demand[k][("", name)] = {ALL_UP: ttft[mine]}
+        minutes = np.floor(arrival / 60.0).astype(np.int64)
+        _, first = np.unique(minutes, return_index=True)
+        per_minute = np.diff(np.append(first, arrival.shape[0]))
+        tokens_per_minute = np.add.reduceat(tokens, first)
+        refused_per_minute = np.add.reduceat((~admitted).astype(np.int64), first)
+        provider_rows.append(
+            ProviderReplay(
+                provider=name,
+                requests=int(arrival.shape[0]),
+                over_quota=int(np.sum(~admitted)),
+                minutes_over_quota=int(np.sum(refused_per_minute > 0)),
+                peak_requests_per_minute=int(per_minute.max()),
+                peak_tokens_per_minute=float(tokens_per_minute.max()),
+                rpm_limit=provider.rpm_limit,
+                tpm_limit=provider.tpm_limit,
+            )
+        )
+        if not np.all(admitted):
+            notes.append(
+                f"hosted {name}: {int(np.sum(~admitted))} of {arrival.shape[0]} requests over "
+                f"its quota in {int(np.sum(refused_per_minute > 0))} of "
+                f"{per_minute.shape[0]} minutes"
+            )
+
+    def hosted_verdict(k: int) -> HostedVerdict | None:
+        if k not in hosted_ttft:
+            return None
+        ttft = np.concatenate(list(hosted_ttft[k].values()))
+        served_ttft = ttft[np.isfinite(ttft)]
+        did = dids[k]
+        return HostedVerdict(
+            requests=int(ttft.shape[0]),
+            share=ttft.shape[0] / offered[did] if offered[did] else 0.0,
+            over_quota=sum(hosted_refused[k].values()),
+            p95_ttft_s=_p95(served_ttft, quantile) if served_ttft.shape[0] else math.inf,
+            providers={
+                name: (int(values.shape[0]), hosted_refused[k][name])
+                for name, values in hosted_ttft[k].items()
+            },
+        )
+
     def scenarios_of(ks: list[int]) -> dict[str, float]:
         """p95 per scenario over the requests of demands ``ks`` (a scenario of one region
         leaves their pools elsewhere all up)."""
@@ -540,6 +733,7 @@ def replay(
                 worst_scenario=worst,
                 worst_p95_ttft_s=per[worst],
                 holds=None if slo is None else per[worst] <= slo,
+                hosted=hosted_verdict(k),
             )
         )
     tenant_verdicts: list[TenantVerdict] = []
@@ -571,4 +765,5 @@ def replay(
         seconds=time.perf_counter() - started,
         quantile=quantile,
         notes=tuple(notes),
+        providers=tuple(provider_rows),
     )

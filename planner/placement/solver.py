@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from planner.errors import PlannerInputError, PlannerSolverError
 from planner.placement.binding import binding_sentences
@@ -38,6 +38,7 @@ from planner.placement.decompose import (
     home_plan,
     relaxation,
     relaxed_plan,
+    repair_plan,
     search,
 )
 from planner.placement.linear import Backend, BackendName, Outcome, make_backend
@@ -58,6 +59,10 @@ from planner.placement.problem import SOLUTION_FORMAT, Problem, ProblemInvalid, 
 from planner.placement.start import constructive_plan
 
 DEFAULT_BACKEND: Final[BackendName] = "highs"
+# Where parts side by side are solved: forked processes of this machine, or Ray tasks
+# (``remote.py``; a local Ray or a cluster).
+Executor = Literal["process", "ray"]
+EXECUTORS: Final[tuple[Executor, ...]] = ("process", "ray")
 
 # A stage's optimum is kept for the later stages with a relative slack. A row of whole
 # variables only (cost, change) is exact at its optimum, so float noise is all it needs; a
@@ -79,13 +84,25 @@ CAPTIVE_SHARE: Final = 0.1
 # LARGE_COST_SHARE of the time left, and if that does not finish, the MIP on the blocks the
 # relaxation opens gets RELAXED_SHARE and then the neighbourhood search SEARCH_SHARE of what
 # is then left (decompose.py).
-LARGE_PART_ROUTES: Final = 4000
+LARGE_PART_ROUTES: Final = 3000
 HOME_SHARE: Final = 0.1
 RELAXATION_SHARE: Final = 0.2
 LARGE_COST_SHARE: Final = 0.6
 RELAXED_SHARE: Final = 0.4
 SEARCH_SHARE: Final = 0.9
 SEARCH_STEP_S: Final = 5.0
+# A part solved again after a failed split first repairs the uncoupled plans (the MIP with
+# the replicas outside the coupled regions held), with this share of its time.
+COUPLED_HINT_SHARE: Final = 0.4
+# Before the first round, each part's linear relaxation (everyone served) says how many
+# GPUs of each (region, accelerator) the uncoupled plans will want; where the parts
+# together want more than this share of the region's inventory, the pair is coupled from
+# the start rather than after a whole round whose plans do not fit. Only on problems of at
+# most COUPLING_CHECK_ROUTES routes (a model per part is built in this process), within
+# COUPLING_CHECK_SHARE of the time.
+COUPLING_CHECK_SHARE: Final = 0.1
+COUPLING_CHECK_ROUTES: Final = 12_000
+COUPLING_CHECK_FILL: Final = 0.5
 # The least time a tie-break stage (change, spill) may take, whatever the cost stage took.
 TIE_BREAK_MIN_S: Final = 2.0
 # Polishing needs this many seconds left per model variable (a fresh model is built).
@@ -119,9 +136,15 @@ class _Stages:
         workers: int,
         seed: int,
         backend: BackendName,
+        hint: Plan | None = None,
+        floors: Sequence[tuple[frozenset[tuple[str, str]], float]] = (),
     ) -> None:
         self.model = model
         self.deadline = deadline
+        # Solved again after coupling: the uncoupled plan of its cells (not inventory-exact)
+        # and the cost bounds the uncoupled parts it joins proved (solve_instance).
+        self._hint = hint
+        self._floors = tuple(floors)
         self.progress = _Progress()
         self._workers = workers
         self._seed = seed
@@ -214,12 +237,16 @@ class _Stages:
     # --- stages -------------------------------------------------------------------------
     def run(self) -> Plan:
         m = self.model
-        if not m.route_ids and not m.change_objective():
+        if not m.route_ids and not m.h and not m.change_objective():
             self.plan = Plan(replicas={}, share={})  # nothing to serve, nothing to keep
             return self.plan
         all_served = self._unserved_stages()
         cost = m.cost_objective()
         captive = self._prepare_cost() if all_served else 0.0
+        if all_served and self._floors:
+            captive = max(captive, self._add_floors())
+        if all_served and self._hint is not None:
+            self._hinted_start(cost)
         large = all_served and len(m.route_ids) > LARGE_PART_ROUTES
         if large:
             self._home_start(cost)
@@ -241,6 +268,7 @@ class _Stages:
                 bound = min(best, outcome.objective)
         self.progress.cost_bound = bound
         self._fix(cost, best)
+        self._hold_hosted()
         spill = m.spill_objective()
         if not self.progress.proven:
             # Time ran out in the cost stage: the tie-breaks get what a linear program with
@@ -264,6 +292,22 @@ class _Stages:
             self._polish(spill, keep_proven=True)
         return self.plan
 
+    def _hold_hosted(self) -> None:
+        """Hold the hosted shares where the cost stage put them, for the stages after it.
+
+        The cost row keeps its optimum within ``FIX_SLACK_SHARES`` (it has routing shares
+        when hosted overflow is priced in), and a hosted API has no spill: a spill (or
+        change) stage free to move load would take that slack to shift a sliver of 1e-6
+        to 1e-5 requests/s onto a hosted provider, a row that then reaches finance and the
+        gateway's routing weights. The cost stage decides what goes hosted; the tie-breaks
+        only re-route among replicas.
+        """
+        m = self.model
+        if not m.h:
+            return
+        for hi, var in m.h.items():
+            self.backend.fix(var, self.plan.hosted.get(hi, 0.0))
+
     def _prepare_cost(self) -> float:
         """Captive-region cuts before the cost solve; returns their sum, a cost bound.
 
@@ -282,6 +326,51 @@ class _Stages:
             self.backend.add_row(terms, lo, math.inf)
         self.progress.stage_seconds["captive"] = time.perf_counter() - t0
         return sum(b for _, b in bounds)
+
+    def _add_floors(self) -> float:
+        """Rows ``Σ_{blocks of cells} price · N ≥ bound`` for each uncoupled part's proven
+        cost bound; returns their sum, a cost bound of this part.
+
+        Coupling only adds inventory rows, and the demands of an uncoupled part may use its
+        cells only, so its bound holds for those cells here too.
+        """
+        m = self.model
+        total = 0.0
+        for cells, bound in self._floors:
+            terms = [
+                term
+                for (r, _s), b in sorted(m.blocks.items())
+                if (r, b.shape.model) in cells
+                for term in b.count_terms(b.price)
+            ]
+            if terms and bound > 0:
+                self.backend.add_row(terms, bound * (1 - 1e-9) - 1e-9, math.inf)
+                total += bound
+        return total
+
+    def _hinted_start(self, cost: Mapping[int, float]) -> None:
+        """After a failed split: the uncoupled plan repaired in the coupled regions
+        (``decompose.repair_plan``), when cheaper than the start."""
+        m = self.model
+        assert self._hint is not None
+        t0 = time.perf_counter()
+        candidate = repair_plan(
+            m,
+            self._hint,
+            cost,
+            regions=frozenset(r for r, _a in m.coupled),
+            deadline=t0 + self._time_left() * COUPLED_HINT_SHARE,
+            workers=self._workers,
+            seed=self._seed,
+            backend=self._backend_name,
+        )
+        if (
+            candidate is not None
+            and m.objective_value(cost, candidate) < m.objective_value(cost, self.plan)
+            and self._keeps_earlier(candidate)
+        ):
+            self.plan = candidate
+        self.progress.stage_seconds["coupled-hint"] = time.perf_counter() - t0
 
     def _home_start(self, cost: Mapping[int, float]) -> None:
         """A large part starts from the home plan when that is cheaper (decompose.py)."""
@@ -368,6 +457,11 @@ class _Stages:
         for var, integer in enumerate(m.lm.var_integer):
             if integer:
                 polished.fix(var, values[var])
+        # The hosted shares are held too: fixed replicas fix their cost but not the
+        # hosted overflow's, and a re-route free to move load to a hosted API (which has no
+        # spill) would undo the cost stage.
+        for var in m.h.values():
+            polished.fix(var, values[var])
         before = self.plan
         proven = self.progress.proven
         # The unserved stages proper reported their gap; a re-route cut short by the clock
@@ -422,7 +516,11 @@ class _Stages:
         """
         m = self.model
         backend = self.backend
-        open_ = [di for di in demands if m.instance.routes_of[di]]
+        open_ = [
+            di
+            for di in demands
+            if m.instance.routes_of[di] or (m.instance.hosted_of and m.instance.hosted_of[di])
+        ]
         while open_ and self._time_left() > 0.01:
             t = backend.add_var(0.0, 1.0, integer=False, name="fair-level")
             for di in open_:
@@ -474,8 +572,7 @@ class _Stages:
         return 0.0 if self._polished is not None else FIX_SLACK_SHARES
 
     def _served(self, di: int, plan: Plan | None = None) -> float:
-        p = plan or self.plan
-        return sum(p.share.get(ri, 0.0) for ri in self.model.instance.routes_of[di])
+        return self.model.instance.served(di, plan or self.plan)
 
     def _served_min(self, demands: Sequence[int], plan: Plan | None = None) -> float:
         return min((self._served(di, plan) for di in demands), default=1.0)
@@ -523,7 +620,13 @@ def _restrict(instance: Instance, plan: Plan, part: Part) -> Plan:
         for ri in instance.routes_of[di]
         if ri in plan.share
     }
-    return Plan(replicas=replicas, share=share)
+    hosted = {
+        hi: plan.hosted[hi]
+        for di in part.demands
+        for hi in (instance.hosted_of[di] if instance.hosted_of else ())
+        if hi in plan.hosted
+    }
+    return Plan(replicas=replicas, share=share, hosted=hosted)
 
 
 def start_plan(instance: Instance, places: Mapping[tuple[str, str], Site]) -> Plan:
@@ -548,12 +651,16 @@ class _PartsJob:
     workers: int
     seed: int
     backend: BackendName
+    # After coupling: the uncoupled parts' merged plan and their proven cost bounds.
+    hint: Plan | None = None
+    floors: tuple[tuple[frozenset[tuple[str, str]], float], ...] = ()
 
 
 def _solve_one(job: _PartsJob, index: int, deadline: float) -> tuple[Plan, _Progress]:
     """Solve part ``index`` of ``job`` by ``deadline``: its stages on a fresh model."""
     part = job.parts[index]
     model = PlacementModel(job.instance, part, coupled=set(job.coupled), places=job.places)
+    cells = set(part.cells)
     stages = _Stages(
         model,
         _restrict(job.instance, job.start, part),
@@ -561,6 +668,8 @@ def _solve_one(job: _PartsJob, index: int, deadline: float) -> tuple[Plan, _Prog
         workers=job.workers,
         seed=job.seed,
         backend=job.backend,
+        hint=None if job.hint is None else _restrict(job.instance, job.hint, part),
+        floors=[(c, b) for c, b in job.floors if c <= cells],
     )
     return stages.run(), stages.progress
 
@@ -591,6 +700,16 @@ def _solve_forked(key: int, index: int, deadline: float) -> tuple[Plan, _Progres
         return _solve_one(_FORKED_JOBS[key], index, deadline)
 
 
+def _solve_on_ray(
+    job: _PartsJob, index: int, budget_s: float, wall_deadline: float
+) -> tuple[Plan, _Progress]:
+    """In a Ray task: solve part ``index`` of ``job`` within its time (``remote.py``)."""
+    from planner.placement.remote import deadline_from
+
+    with _IN_PROCESS:
+        return _solve_one(job, index, deadline_from(budget_s, wall_deadline))
+
+
 def _describe(part: Part) -> str:
     models = sorted({model for _region, model in part.cells})
     regions = sorted({region for region, _model in part.cells})
@@ -612,6 +731,10 @@ def _solve_parts(
     workers: int,
     seed: int,
     backend: BackendName,
+    hint: Plan | None = None,
+    floors: Mapping[frozenset[tuple[str, str]], float] | None = None,
+    executor: Executor = "process",
+    ray_address: str | None = None,
 ) -> dict[tuple[tuple[str, str], ...], tuple[Plan, _Progress]]:
     """Solve ``parts``: side by side in child processes, or one at a time in this one.
 
@@ -624,9 +747,18 @@ def _solve_parts(
     at a time. A part whose solve raises, or whose process dies, raises
     ``PlannerSolverError`` naming the part; ``SplitFailed`` (a part's pooled replicas
     cannot be split over its zones) passes through to the caller, which couples them.
+
+    With ``executor="ray"`` every part is a Ray task instead (``remote.py``), scheduled the
+    same way: as many at once, each asking Ray for its share of a CPU, so a local Ray of
+    ``workers`` CPUs runs them as the forked processes run. The parts' plans are merged by
+    the caller in the parts' order, whichever ends first, so where every part's solve ends
+    within its time the plan is the one the processes give.
     """
-    side_by_side = backend != "cpsat" and len(parts) > 1 and _can_fork()
+    on_ray = executor == "ray"
+    side_by_side = on_ray or (backend != "cpsat" and len(parts) > 1 and _can_fork())
     lanes = min(len(parts), PARTS_PER_WORKER * max(1, workers)) if side_by_side else 1
+    if on_ray and backend == "cpsat":
+        lanes = 1  # CP-SAT runs ``workers`` threads of its own: one part at a time
     # Smallest first: when parts must wait, small ones often finish (proven) well inside
     # their share and leave the rest to the large ones.
     order = tuple(sorted(parts, key=lambda p: (_size(p, instance), p.cells)))
@@ -639,6 +771,8 @@ def _solve_parts(
         workers=workers,
         seed=seed,
         backend=backend,
+        hint=hint,
+        floors=tuple(sorted((floors or {}).items(), key=lambda kv: sorted(kv[0]))),
     )
     unfinished = {p.cells: _size(p, instance) for p in order}
     waiting = {p.cells for p in order}
@@ -675,6 +809,37 @@ def _solve_parts(
             del unfinished[part.cells]
         return solved
 
+    if on_ray:
+        from planner.placement.remote import RayParts
+
+        ray_parts = RayParts(
+            job,
+            _solve_on_ray,
+            address=ray_address,
+            num_cpus=workers,
+            task_cpus=1.0 if backend == "cpsat" else 1.0 / PARTS_PER_WORKER,
+        )
+        try:
+            queue = list(enumerate(order))
+            tasks: dict[Any, Part] = {}
+            while queue or tasks:
+                while queue and len(tasks) < lanes:
+                    index, part = queue.pop(0)
+                    tasks[ray_parts.submit(index, part_deadline(part))] = part
+                for ref in ray_parts.wait(list(tasks)):
+                    part = tasks.pop(ref)
+                    value, raised = ray_parts.result(ref)
+                    if raised is not None:
+                        ray_parts.cancel(list(tasks))
+                        if isinstance(raised, SplitFailed):
+                            raise raised
+                        raise failed(part, raised) from raised
+                    solved[part.cells] = value
+                    del unfinished[part.cells]
+        finally:
+            ray_parts.close()
+        return solved
+
     key = next(_FORKED_KEYS)
     _FORKED_JOBS[key] = job
     try:
@@ -703,6 +868,57 @@ def _solve_parts(
     return solved
 
 
+def _likely_coupled(
+    instance: Instance,
+    places: Mapping[tuple[str, str], Site],
+    *,
+    deadline: float,
+    workers: int,
+    seed: int,
+    backend: BackendName,
+) -> set[tuple[str, str]]:
+    """(region, accelerator) pairs whose inventory the parts' relaxations overfill.
+
+    Each part's linear relaxation with everyone served (``decompose.relaxation``) pools
+    flexible demand where it is cheapest, as the MIP does; its replica counts, rounded up,
+    in GPUs, summed over the parts, against ``COUPLING_CHECK_FILL`` of the region's GPUs of
+    that accelerator. A part whose relaxation has no answer in time adds nothing.
+    """
+    if len(instance.routes) > COUPLING_CHECK_ROUTES or not instance.routes:
+        return set()
+    problem = instance.problem
+    inventory: dict[tuple[str, str], int] = {}
+    for row in problem.inventory:
+        key = (problem.region_of_zone(row.zone), row.accelerator)
+        inventory[key] = inventory.get(key, 0) + row.gpus
+    wanted: dict[tuple[str, str], float] = {}
+    parts = instance.parts()
+    with _IN_PROCESS:
+        for index, part in enumerate(parts):
+            left = deadline - time.perf_counter()
+            if left <= 0.05:
+                break
+            model = PlacementModel(instance, part, places=places)
+            _bound, values = relaxation(
+                model,
+                model.cost_objective(),
+                time_limit_s=left / (len(parts) - index),
+                workers=workers,
+                seed=seed,
+                backend=backend,
+            )
+            if values is None:
+                continue
+            for (region, _shape), b in model.blocks.items():
+                count = sum(values[v] for v, _ in b.count_terms())
+                if count > 1e-6:
+                    key = (region, b.shape.accelerator)
+                    wanted[key] = wanted.get(key, 0.0) + math.ceil(count - 1e-6) * b.shape.gpus
+    return {
+        key for key, gpus in wanted.items() if gpus > COUPLING_CHECK_FILL * inventory.get(key, 0)
+    }
+
+
 def _fallback(instance: Instance, start: Plan) -> _Progress:
     """Progress for returning the constructive start: nothing proven, no bound known."""
     cost = plan_rank(instance, start, range(len(instance.demands)))[-3]
@@ -717,6 +933,8 @@ def solve_instance(
     seed: int,
     backend: BackendName = DEFAULT_BACKEND,
     started: float | None = None,
+    executor: Executor = "process",
+    ray_address: str | None = None,
 ) -> tuple[Plan, _Progress]:
     """Solve every part of ``instance``; returns the merged plan and what was proven.
 
@@ -732,10 +950,24 @@ def solve_instance(
     places = sites(instance)
     start = start_plan(instance, places)
     coupled: set[tuple[str, str]] = set()
+    if backend == "highs":
+        coupled = _likely_coupled(
+            instance,
+            places,
+            deadline=time.perf_counter() + COUPLING_CHECK_SHARE * (deadline - time.perf_counter()),
+            workers=workers,
+            seed=seed,
+            backend=backend,
+        )
     solved: dict[tuple[tuple[str, str], ...], tuple[Plan, _Progress]] = {}
+    # After a failed split: the uncoupled plans (a hint for the parts solved again) and the
+    # cost bounds their parts proved (floors for the parts they join).
+    hint: Plan | None = None
+    floors: dict[frozenset[tuple[str, str]], float] = {}
     while True:
         parts = instance.parts(coupled)
         todo = [p for p in parts if p.cells not in solved]
+        merged: Plan | None = None
         try:
             solved.update(
                 _solve_parts(
@@ -748,6 +980,10 @@ def solve_instance(
                     workers=workers,
                     seed=seed,
                     backend=backend,
+                    hint=hint,
+                    floors=floors,
+                    executor=executor,
+                    ray_address=ray_address,
                 )
             )
             merged = Plan(replicas={}, share={})
@@ -755,6 +991,7 @@ def solve_instance(
                 plan = solved[part.cells][0]
                 merged.replicas.update(plan.replicas)
                 merged.share.update(plan.share)
+                merged.hosted.update(plan.hosted)
             zonal_blocks = {
                 (r, s)
                 for (r, s) in places
@@ -770,9 +1007,24 @@ def solve_instance(
             if failure.keys <= coupled or time.perf_counter() >= deadline:
                 return start, _fallback(instance, start)
             coupled |= failure.keys
+            if merged is not None:
+                hint = merged
+            by_cells = {p.cells: p for p in parts}
             for cells in list(solved):
                 if any(r == region for r, _m in cells for region, _a in failure.keys):
-                    del solved[cells]
+                    plan, progress = solved.pop(cells)
+                    old = by_cells.get(cells)
+                    served = old is not None and all(
+                        instance.served(di, plan) >= 1.0 - 1e-9 for di in old.demands
+                    )
+                    if served and progress.cost_bound > 0:
+                        # Parts only merge: an earlier floor is inside this part or apart
+                        # from it. Those inside are replaced, so the floors stay disjoint
+                        # and their sum is a bound.
+                        key = frozenset(cells)
+                        inside = [k for k in floors if k <= key]
+                        bound = max(progress.cost_bound, sum(floors.pop(k) for k in inside))
+                        floors[key] = bound
     if plan_violations(instance, final):  # a defect, not an input problem: stay safe
         return start, _fallback(instance, start)
     total = _Progress()
@@ -798,15 +1050,34 @@ def solution_dict(
         for (z, s), n in sorted(plan.replicas.items())
         if n > 0
     ]
-    cost = sum(
-        n * problem.replica_price_per_hour(z, problem.shape(s))
-        for (z, s), n in plan.replicas.items()
+    hosted_cost = instance.hosted_cost(plan)
+    cost = (
+        sum(
+            n * problem.replica_price_per_hour(z, problem.shape(s))
+            for (z, s), n in plan.replicas.items()
+        )
+        + hosted_cost
     )
     routing: list[dict[str, Any]] = []
     unserved: list[dict[str, Any]] = []
+    hosted: list[dict[str, Any]] = []
     for di, demand in enumerate(instance.demands):
         rate = demand.planned_requests_per_s
         served = 0.0
+        for hi in instance.hosted_of[di] if instance.hosted_of else ():
+            share = plan.hosted.get(hi, 0.0)
+            if share > 0:
+                overflow = instance.hosted[hi]
+                hosted.append(
+                    {
+                        "demand": demand.id,
+                        "provider": overflow.provider,
+                        "requests_per_s": share * rate,
+                        "tokens_per_minute": share * overflow.tokens_per_minute,
+                        "cost_per_hour": share * overflow.cost_per_hour,
+                    }
+                )
+                served += share
         for ri in instance.routes_of[di]:
             share = plan.share.get(ri, 0.0)
             if share > 0:
@@ -838,7 +1109,7 @@ def solution_dict(
         gap = 0.0
     else:
         gap = max(0.0, (progress.cost - progress.cost_bound) / progress.cost)
-    return {
+    out: dict[str, Any] = {
         "format": SOLUTION_FORMAT,
         "status": status,
         "cost_per_hour": cost,
@@ -851,6 +1122,11 @@ def solution_dict(
         "binding": binding_sentences(instance, plan),
         "excluded_shapes": excluded_shapes(problem),
     }
+    if problem.hosted:
+        # Only a problem with hosted providers has these keys: older documents read the same.
+        out["hosted_cost_per_hour"] = float(hosted_cost)
+        out["hosted"] = hosted
+    return out
 
 
 def excluded_shapes(problem: Problem) -> list[dict[str, str]]:
@@ -874,6 +1150,8 @@ def solve(
     workers: int = 2,
     seed: int = 0,
     backend: BackendName = DEFAULT_BACKEND,
+    executor: Executor = "process",
+    ray_address: str | None = None,
 ) -> dict[str, Any]:
     """Place replicas and route every demand per ``placement-v1``; the spec's solution dict.
 
@@ -886,12 +1164,25 @@ def solve(
     ``invalid`` (never raises); a time limit or worker count out of range raises
     ``PlannerInputError``; a solver failure on a valid problem (a part's solve raised, or
     its process died) raises ``PlannerSolverError`` naming the part.
+
+    ``executor="ray"`` solves the parts as Ray tasks instead: on the Ray this process is
+    connected to, else on the cluster at ``ray_address`` (``auto``, ``ray://host:10001``),
+    else on a local Ray started with ``workers`` CPUs (kept for later solves until the
+    process exits). Ray must be installed (the ``bench`` extra) and, on a cluster, the
+    planner too; for the same problem, ``workers`` and ``seed`` the plan is the one the
+    processes give, whenever every part's solve ends within its time.
     """
     started = time.perf_counter()
     if not (isinstance(time_limit_s, int | float) and 0 < time_limit_s < math.inf):
         raise PlannerInputError("time_limit_s", f"must be a positive number, got {time_limit_s!r}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise PlannerInputError("workers", f"must be a whole number of at least 1, got {workers!r}")
+    if executor not in EXECUTORS:
+        raise PlannerInputError(
+            "executor", f"must be one of {', '.join(EXECUTORS)}, got {executor!r}"
+        )
+    if ray_address is not None and executor != "ray":
+        raise PlannerInputError("ray_address", "is for executor='ray' only")
     try:
         parsed = problem if isinstance(problem, Problem) else parse_problem(problem)
     except ProblemInvalid as error:
@@ -904,5 +1195,7 @@ def solve(
         seed=seed,
         backend=backend,
         started=started,
+        executor=executor,
+        ray_address=ray_address,
     )
     return solution_dict(instance, plan, progress, seconds=time.perf_counter() - started)

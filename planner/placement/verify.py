@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from planner.errors import PlannerInputError
@@ -90,6 +90,7 @@ class SpecDemand:
     ttft_slo_s: float | None = None
     prompt_tokens_p95: float | None = None
     excluded_shapes: tuple[str, ...] = ()
+    hosted_overflow: bool = False
 
     @property
     def planned_rate(self) -> float:
@@ -100,6 +101,20 @@ class SpecDemand:
     def promise_level(self) -> int:
         """0 for "none", 1 for "n+1", 2 for "zone" ("zone" includes the N+1 promise)."""
         return PROMISES.index(self.promise)
+
+
+@dataclass(frozen=True)
+class SpecHosted:
+    """A hosted API: its region, models, $ per million input/output tokens, quotas, p95 TTFT."""
+
+    name: str
+    region: str
+    models: tuple[str, ...]
+    input_price_per_mtok: float
+    output_price_per_mtok: float
+    tpm_limit: float
+    rpm_limit: float | None
+    p95_ttft_s: float
 
 
 @dataclass(frozen=True)
@@ -115,6 +130,7 @@ class SpecProblem:
     demands: dict[str, SpecDemand]
     previous: dict[tuple[str, str], int]
     region_of_zone: dict[str, str]
+    hosted: dict[str, SpecHosted] = field(default_factory=dict)
 
     def rtt_ms(self, first: str, second: str) -> float | None:
         """Round trip between two regions in ms; 0 to itself; None where no link exists."""
@@ -389,7 +405,13 @@ def read_spec_problem(problem: Mapping[str, Any]) -> SpecProblem:
         excluded = row.get("excluded_shapes") or []
         if not isinstance(excluded, list) or not all(isinstance(x, str) for x in excluded):
             raise PlannerInputError(f"{where}.excluded_shapes", "must be a list of shape names")
+        overflow = row.get("hosted_overflow", False)
+        if overflow is None:
+            overflow = False
+        if not isinstance(overflow, bool):
+            raise PlannerInputError(f"{where}.hosted_overflow", "must be true or false")
         demands[demand_id] = SpecDemand(
+            hosted_overflow=overflow,
             excluded_shapes=tuple(excluded),
             ttft_slo_s=None if slo is None else _non_negative(slo, f"{where}.ttft_slo_s"),
             prompt_tokens_p95=(
@@ -436,7 +458,40 @@ def read_spec_problem(problem: Mapping[str, Any]) -> SpecProblem:
             raise PlannerInputError(where, f"duplicate previous row for {zone}/{shape}")
         previous[(zone, shape)] = _whole(row, "replicas", where)
 
+    hosted: dict[str, SpecHosted] = {}
+    for i, row in enumerate(_rows(problem, "hosted", required=False)):
+        where = f"hosted[{i}]"
+        name = _text(row, "name", where)
+        if name in hosted:
+            raise PlannerInputError(f"{where}.name", f"duplicate hosted provider {name!r}")
+        region = _text(row, "region", where)
+        if region not in regions:
+            raise PlannerInputError(f"{where}.region", f"unknown region {region!r}")
+        served_models = row.get("models")
+        if (
+            not isinstance(served_models, list)
+            or not served_models
+            or not all(isinstance(m, str) and m for m in served_models)
+        ):
+            raise PlannerInputError(f"{where}.models", "must be a non-empty list of model names")
+        rpm = _optional_number(row, "rpm_limit", where)
+        hosted[name] = SpecHosted(
+            name=name,
+            region=region,
+            models=tuple(served_models),
+            input_price_per_mtok=_non_negative(
+                _number(row, "input_price_per_mtok", where), f"{where}.input_price_per_mtok"
+            ),
+            output_price_per_mtok=_non_negative(
+                _number(row, "output_price_per_mtok", where), f"{where}.output_price_per_mtok"
+            ),
+            tpm_limit=_non_negative(_number(row, "tpm_limit", where), f"{where}.tpm_limit"),
+            rpm_limit=None if rpm is None else _non_negative(rpm, f"{where}.rpm_limit"),
+            p95_ttft_s=_non_negative(_number(row, "p95_ttft_s", where), f"{where}.p95_ttft_s"),
+        )
+
     return SpecProblem(
+        hosted=hosted,
         target_utilization=target,
         regions=regions,
         accelerators=accelerators,
@@ -655,11 +710,109 @@ def verify(problem: Mapping[str, Any], solution: Mapping[str, Any]) -> list[str]
     replicas = _read_replicas(spec, solution, violations)
     routing = _read_routing(spec, solution, violations)
     unserved = _read_unserved(spec, solution, violations)
-    _check_demands(spec, solution, routing, unserved, violations)
+    hosted = _read_hosted(spec, solution, violations)
+    _check_demands(spec, solution, routing, unserved, violations, hosted)
     _check_regions(spec, replicas, routing, violations)
     _check_inventory(spec, replicas, violations)
-    _check_cost(spec, solution, replicas, violations)
+    _check_quotas(spec, hosted, violations)
+    _check_cost(spec, solution, replicas, violations, hosted)
     return violations
+
+
+def hosted_cost_per_hour(
+    spec: SpecProblem, demand: SpecDemand, provider: str, rate: float
+) -> float:
+    """$/hour of ``rate`` requests/s of ``demand`` on hosted ``provider``:
+    rate × 3600 × (prompt × input price + output × output price) / 1e6."""
+    p = spec.hosted[provider]
+    per_request = (
+        demand.prompt_tokens * p.input_price_per_mtok
+        + demand.output_tokens * p.output_price_per_mtok
+    ) / 1e6
+    return rate * 3600.0 * per_request
+
+
+def _hosted_refusal(demand: SpecDemand, provider: SpecHosted) -> str | None:
+    if not demand.hosted_overflow:
+        return "the demand does not allow hosted overflow"
+    if demand.model not in provider.models:
+        return f"{provider.name} does not serve {demand.model}"
+    if provider.region not in demand.allowed_regions:
+        return f"{provider.name}'s region {provider.region} is not an allowed region"
+    if demand.ttft_slo_s is not None and provider.p95_ttft_s > demand.ttft_slo_s:
+        return (
+            f"{provider.name}'s p95 TTFT {_fmt(provider.p95_ttft_s)} s is above the "
+            f"{_fmt(demand.ttft_slo_s)} s objective"
+        )
+    return None
+
+
+def _read_hosted(
+    spec: SpecProblem, solution: Mapping[str, Any], violations: list[str]
+) -> dict[tuple[str, str], float]:
+    """(demand, provider) -> requests/s of the solution's hosted rows, each row checked:
+    known and eligible, its tokens per minute and $/hour those of its rate."""
+    out: dict[tuple[str, str], float] = {}
+    for i, row in enumerate(_solution_rows(solution, "hosted", violations)):
+        where = f"hosted[{i}]"
+        demand_id, provider = row.get("demand"), row.get("provider")
+        if demand_id not in spec.demands:
+            violations.append(f"{where}: unknown demand {demand_id!r}")
+            continue
+        if provider not in spec.hosted:
+            violations.append(f"{where}: unknown hosted provider {provider!r}")
+            continue
+        rate = _rate(row, where, violations)
+        if rate is None:
+            continue
+        demand = spec.demands[str(demand_id)]
+        refusal = _hosted_refusal(demand, spec.hosted[str(provider)])
+        if refusal is not None:
+            violations.append(f"{where}: demand {demand_id} may not use {provider}: {refusal}")
+        tpm = rate * 60.0 * (demand.prompt_tokens + demand.output_tokens)
+        for key, expected in (
+            ("tokens_per_minute", tpm),
+            ("cost_per_hour", hosted_cost_per_hour(spec, demand, str(provider), rate)),
+        ):
+            value = row.get(key)
+            if not _is_number(value) or not math.isfinite(value):
+                violations.append(f"{where}: {key} must be a finite number, got {value!r}")
+            elif _differs(float(value), expected, abs(float(value)), abs(expected)):
+                violations.append(
+                    f"{where}: {key} {_fmt(float(value))} != recomputed {_fmt(expected)}"
+                )
+        key2 = (str(demand_id), str(provider))
+        if key2 in out:
+            violations.append(f"{where}: duplicate hosted row for {demand_id}/{provider}")
+            continue
+        out[key2] = rate
+    return out
+
+
+def _check_quotas(
+    spec: SpecProblem, hosted: Mapping[tuple[str, str], float], violations: list[str]
+) -> None:
+    """Per provider: Σ rate × 60 × (prompt + output) ≤ tpm_limit; Σ rate × 60 ≤ rpm_limit."""
+    tpm: dict[str, float] = defaultdict(float)
+    rpm: dict[str, float] = defaultdict(float)
+    for (demand_id, provider), rate in hosted.items():
+        demand = spec.demands[demand_id]
+        tpm[provider] += rate * 60.0 * (demand.prompt_tokens + demand.output_tokens)
+        rpm[provider] += rate * 60.0
+    for provider in sorted(tpm):
+        p = spec.hosted[provider]
+        if _exceeds(tpm[provider], p.tpm_limit, tpm[provider], p.tpm_limit):
+            violations.append(
+                f"hosted {provider}: {_fmt(tpm[provider])} tokens/min > tpm_limit "
+                f"{_fmt(p.tpm_limit)}"
+            )
+        if p.rpm_limit is not None and _exceeds(
+            rpm[provider], p.rpm_limit, rpm[provider], p.rpm_limit
+        ):
+            violations.append(
+                f"hosted {provider}: {_fmt(rpm[provider])} requests/min > rpm_limit "
+                f"{_fmt(p.rpm_limit)}"
+            )
 
 
 def _check_demands(
@@ -668,9 +821,12 @@ def _check_demands(
     routing: Mapping[tuple[str, str, str], float],
     unserved: Mapping[str, float],
     violations: list[str],
+    hosted: Mapping[tuple[str, str], float] | None = None,
 ) -> None:
     served: dict[str, list[float]] = defaultdict(list)
     for (demand_id, _region, _shape), rate in routing.items():
+        served[demand_id].append(rate)
+    for (demand_id, _provider), rate in (hosted or {}).items():
         served[demand_id].append(rate)
     for demand in spec.demands.values():
         rates = served.get(demand.id, [])
@@ -780,14 +936,30 @@ def _check_cost(
     solution: Mapping[str, Any],
     replicas: Mapping[tuple[str, str], int],
     violations: list[str],
+    hosted: Mapping[tuple[str, str], float] | None = None,
 ) -> None:
+    spend = [
+        hosted_cost_per_hour(spec, spec.demands[d], p, rate)
+        for (d, p), rate in (hosted or {}).items()
+    ]
+    reported_hosted = solution.get("hosted_cost_per_hour")
+    if reported_hosted is not None:
+        if not _is_number(reported_hosted) or not math.isfinite(reported_hosted):
+            violations.append(
+                f"hosted_cost_per_hour must be a finite number, got {reported_hosted!r}"
+            )
+        elif _differs(float(reported_hosted), sum(spend), abs(float(reported_hosted)), sum(spend)):
+            violations.append(
+                f"hosted_cost_per_hour {_fmt(float(reported_hosted))} != recomputed "
+                f"{_fmt(sum(spend))} $/hour"
+            )
     reported = solution.get("cost_per_hour")
     if not _is_number(reported):
         return
     terms = [
         count * spec.gpu_hour_price(spec.region_of_zone[zone], spec.shapes[shape])
         for (zone, shape), count in replicas.items()
-    ]
+    ] + spend
     total = sum(terms)
     if _differs(float(reported), total, abs(float(reported)), sum(abs(t) for t in terms)):
         violations.append(

@@ -11,74 +11,22 @@ Needs Chromium at ``HEADROOM_CHROMIUM`` (default ``/usr/bin/chromium``, Debian's
 from __future__ import annotations
 
 import csv
-import os
-import shutil
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 
 from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
-from controlplane.plans.models import Plan, PlanDecision
+from controlplane.plans.models import PlanDecision
 from controlplane.policies.models import Tenant
-from tests.controlplane.conftest import make_user
+from tests.browser.conftest import ARTIFACTS, BROWSER_MARKS
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan, shrink_region
-from tests.controlplane.web_support import add_drift_alert, add_observations
 
-playwright_sync = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 
-CHROMIUM = os.environ.get("HEADROOM_CHROMIUM", "/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 WIDTH, HEIGHT = 1366, 900
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        shutil.which(CHROMIUM) is None and not Path(CHROMIUM).exists(),
-        reason=f"Chromium not found at {CHROMIUM} (apt-get install chromium)",
-    ),
-]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
-    # between browser steps are ordinary synchronous ones. Only while these tests run: the
-    # variable would leak into later tests' subprocesses (check --deploy refuses it).
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-        with playwright_sync.sync_playwright() as p:
-            instance = p.chromium.launch(
-                executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
-            )
-            yield instance
-            instance.close()
-
-
-@pytest.fixture
-def users(_fast_password_hasher: None) -> dict[str, User]:
-    return {
-        POLICY_ADMIN: make_user("admin-user", POLICY_ADMIN, staff=True),
-        VIEWER: make_user("viewer-user", VIEWER),
-        FINANCE: make_user("finance-user", FINANCE),
-    }
-
-
-@pytest.fixture
-def fleet_with_plans() -> tuple[Plan, Plan]:
-    """The shipped scenario: v1 active, observations and a drift alert for one tenant, and
-    v2 (no GPUs left in us-east) awaiting approval."""
-    load_support_assistant()
-    first = run_replan().plan
-    add_observations("nordlicht-versicherung")
-    add_drift_alert("nordlicht-versicherung")
-    shrink_region("us-east", 0)
-    second = run_replan().plan
-    assert first is not None and second is not None
-    assert second.state == Plan.State.AWAITING_APPROVAL
-    return first, second
+pytestmark = BROWSER_MARKS
 
 
 def _page(browser: Any, live_server: Any, username: str) -> Any:
@@ -250,3 +198,23 @@ def test_screenshots_of_every_page_for_each_role(
     assert page.url.startswith(f"{live_server.url}/login/")
     _shot(page, "login")
     page.close()
+
+
+def test_whatif_forbidding_spill_shows_the_demand_it_leaves_unserved(
+    browser: Any, live_server: Any, users: dict[str, User]
+) -> None:
+    """With no GPUs left in its home region, harborline-retail is served by spill; the
+    what-if form's spill field, set to "not allowed", previews that demand as unserved."""
+    load_support_assistant()
+    shrink_region("eu-west", 0)
+    assert run_replan().plan is not None
+    page = _page(browser, live_server, "viewer-user")
+    page.goto(f"{live_server.url}/what-if/?tenant=harborline-retail")
+    assert page.is_visible("#id_spill_allowed") and page.is_visible("#id_max_spill_rtt_ms")
+    page.select_option("#id_spill_allowed", "forbid")
+    page.click("button[value=preview]")
+    warning = page.wait_for_selector(".preview [role=alert]")
+    assert "Demand would become unserved" in warning.inner_text()
+    assert "harborline-retail/chat-70b/order-lookup@eu-west" in warning.inner_text()
+    _shot(page, "whatif-spill-forbidden")
+    page.context.close()

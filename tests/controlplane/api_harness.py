@@ -46,6 +46,7 @@ from controlplane.fleet.models import (
     AcceleratorType,
     CapacityFigure,
     Geography,
+    HostedProvider,
     LlmModel,
     Region,
     RegionLink,
@@ -179,6 +180,22 @@ class Records:
         fields["region_a"] = fields.get("region_a") or self.region()
         fields["region_b"] = fields.get("region_b") or self.region()
         return RegionLink.objects.create(**{"rtt_ms": 80.0, **fields})
+
+    def hosted_provider(self, **fields: Any) -> HostedProvider:
+        served = fields.pop("served_models", None)
+        provider = HostedProvider.objects.create(
+            **{
+                "name": self.name("hosted"),
+                "region": fields.pop("region", None) or self.region(),
+                "input_price_per_mtok": 0.5,
+                "output_price_per_mtok": 1.5,
+                "tpm_limit": 1_000_000,
+                "p95_ttft_s": 0.4,
+                **fields,
+            }
+        )
+        provider.served_models.set(served if served is not None else LlmModel.objects.all())
+        return provider
 
     def accelerator(self, **fields: Any) -> AcceleratorType:
         return AcceleratorType.objects.create(

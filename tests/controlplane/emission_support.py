@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from controlplane.emission.models import AllocationSink
@@ -225,3 +226,18 @@ def kubernetes_sink(
     sink.full_clean()
     sink.save()
     return sink
+
+
+def activate(plan: Plan) -> list[Any]:
+    """What ``plan_activate`` does, as far as emission is concerned: the plan becomes the
+    active one and its outbox rows are written in the same transaction."""
+    from controlplane.emission import services
+
+    with transaction.atomic():
+        Plan.objects.filter(state=Plan.State.ACTIVE).exclude(pk=plan.pk).update(
+            state=Plan.State.SUPERSEDED
+        )
+        plan.state = Plan.State.ACTIVE
+        plan.activated_at = timezone.now()
+        plan.save()
+        return services.outbox_enqueue_for_plan(plan=plan)

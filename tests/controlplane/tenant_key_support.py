@@ -114,6 +114,7 @@ def two_tenant_world() -> World:
     records = Records()
     seeds_fleet(records, with_second_tenant=True)
     records.region_link()
+    records.hosted_provider()
     plan = active_plan()
     now = timezone.now()
     derivation = ProfileDerivation.objects.create(

@@ -22,6 +22,7 @@ from controlplane.fleet.models import (
     AcceleratorType,
     CapacityFigure,
     Geography,
+    HostedProvider,
     LlmModel,
     Region,
     RegionLink,
@@ -104,6 +105,17 @@ def fleet(db: None) -> dict[str, models.Model]:
             measured_at=timezone.now() - timedelta(days=45),
         )
     )
+    hosted = _saved(
+        HostedProvider(
+            name="eu-hosted",
+            region=eu_west,
+            input_price_per_mtok=0.6,
+            output_price_per_mtok=2.4,
+            tpm_limit=2_000_000,
+            p95_ttft_s=0.5,
+        )
+    )
+    hosted.served_models.set([llama])
     gold = _saved(Tier(name="gold", p95_ttft_slo_s=0.8, burst_factor=1.2))
     acme = _saved(Tenant(name="acme", tier=gold, home_region=eu_west, residency_geography=eu))
     acme.residency_regions.set([eu_west, eu_north])
@@ -134,6 +146,7 @@ def fleet(db: None) -> dict[str, models.Model]:
         "region_us": us_east,
         "zone": zone,
         "regionlink": link,
+        "hostedprovider": hosted,
         "acceleratortype": h100,
         "zoneinventory": inventory,
         "llmmodel": llama,
@@ -167,7 +180,7 @@ def admin_client_(role_users: dict[str, User | None]) -> Client:
 def test_every_fleet_and_policy_model_is_registered_with_history() -> None:
     from simple_history.admin import SimpleHistoryAdmin
 
-    assert len(RECORD_MODELS) == 14
+    assert len(RECORD_MODELS) == 15
     for model in RECORD_MODELS:
         assert model in admin.site._registry, f"{model._meta.label} is not in the admin"
         assert isinstance(admin.site._registry[model], SimpleHistoryAdmin), model._meta.label

@@ -127,11 +127,17 @@ class TestAccelerators(EndpointContract):
         }
 
     def update_payload(self, record: Any) -> dict[str, Any]:
-        return {"on_demand_price_per_gpu_hour": 5.0, "gpu_product": "NVIDIA-H100-SXM5-80GB"}
+        return {
+            "on_demand_price_per_gpu_hour": 5.0,
+            "spot_price_per_gpu_hour": 1.2,
+            "gpu_product": "NVIDIA-H100-SXM5-80GB",
+        }
 
     def invalid_payloads(self) -> Payloads:
         payload = self.create_payload()
         yield {**payload, "reserved_price_per_gpu_hour": 9.0}, "reserved_price_per_gpu_hour"
+        yield {**payload, "spot_price_per_gpu_hour": 9.0}, "spot_price_per_gpu_hour"
+        yield {**payload, "spot_price_per_gpu_hour": -0.5}, "spot_price_per_gpu_hour"
         yield {**payload, "memory_gb": -80}, "memory_gb"
         # Not a Kubernetes label value: a node selector on it could never match.
         yield {**payload, "gpu_product": "NVIDIA H100"}, "gpu_product"

@@ -25,9 +25,11 @@ from hypothesis.extra.django import TestCase
 from rest_framework.test import APIClient
 
 from controlplane.core.roles import POLICY_ADMIN
+from controlplane.fleet.models import Region
 from controlplane.plans.models import ReplanRun
 from controlplane.plans.services import STATED_FAILURES
 from controlplane.policies.models import Tier
+from tests.controlplane.api_harness import Records
 from tests.controlplane.bounds_support import BoundedField, bounded_fields
 from tests.controlplane.conftest import make_user
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan
@@ -116,6 +118,9 @@ class AcceptedRecordsArePlannable(TestCase):
     @classmethod
     def setUpTestData(cls) -> None:
         load_support_assistant()
+        # A hosted provider the standard tier may overflow to: its figures are edited too.
+        Records().hosted_provider(region=Region.objects.get(name="us-east"))
+        Tier.objects.filter(name="standard").update(hosted_overflow=True)
         cls.admin = make_user("bounds-admin", POLICY_ADMIN)
 
     @settings(

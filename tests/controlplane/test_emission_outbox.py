@@ -15,7 +15,7 @@ from django.utils import timezone
 from controlplane.emission import services, sinks
 from controlplane.emission.models import AllocationSink, DeliveryAttempt, OutboxEntry
 from controlplane.plans.models import Plan
-from tests.controlplane.emission_support import files_sink, make_plan
+from tests.controlplane.emission_support import activate, files_sink, make_plan
 
 pytestmark = pytest.mark.django_db
 
@@ -25,18 +25,6 @@ def _emission_root(settings: Any, tmp_path: Path) -> None:
     settings.HEADROOM_EMISSION_ROOT = str(tmp_path)
     settings.HEADROOM_EMISSION_BACKOFF_BASE_S = 10
     settings.HEADROOM_EMISSION_BACKOFF_MAX_S = 600
-
-
-def activate(plan: Plan) -> list[OutboxEntry]:
-    """What ``plan_activate`` does, as far as emission is concerned."""
-    with transaction.atomic():
-        Plan.objects.filter(state=Plan.State.ACTIVE).exclude(pk=plan.pk).update(
-            state=Plan.State.SUPERSEDED
-        )
-        plan.state = Plan.State.ACTIVE
-        plan.activated_at = timezone.now()
-        plan.save()
-        return services.outbox_enqueue_for_plan(plan=plan)
 
 
 def test_one_row_per_region_and_enabled_sink_with_a_stable_key(

@@ -17,6 +17,7 @@ from controlplane.emission.payload import (
     ShapeServing,
     region_documents,
 )
+from planner.placement.problem import parse_problem
 from planner.placement.verify import verify
 from tests.controlplane.emission_support import ALLOCATIONS, GPU_HOUR, PROBLEM, ROUTING, solution
 
@@ -31,7 +32,7 @@ def snapshot(problem: dict | None = None, routing: list | None = None) -> PlanSn
         inputs_hash="ab" * 32,
         created_at=CREATED,
         activated_at=ACTIVATED,
-        problem=PROBLEM if problem is None else problem,
+        problem=parse_problem(PROBLEM if problem is None else problem),
         allocations=tuple(
             AllocationRow(r, z, s, "gpu80", g, n, GPU_HOUR * g * n) for r, z, s, g, n in ALLOCATIONS
         ),
@@ -145,7 +146,8 @@ def test_floor_never_exceeds_the_plan_and_is_at_least_one() -> None:
 
 
 def test_unreadable_problem_fixes_the_bounds_at_the_plan_and_says_so() -> None:
-    documents = region_documents(snapshot(problem={"regions": "not a list"}))
+    unread = replace(snapshot(), problem=None, problem_error="regions: must be a list")
+    documents = region_documents(unread)
     assert sorted(documents) == ["eu", "us"]  # regions come from the rows alone
     chat = shapes_of(documents["eu"])["m/gpu80x1"]
     assert chat["standing_floor"] == chat["max_replicas"] == chat["replicas"] == 27

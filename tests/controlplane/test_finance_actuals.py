@@ -14,6 +14,7 @@ import pytest
 from django.utils import timezone
 
 from controlplane.core.roles import FINANCE
+from controlplane.emission.models import AllocationSink, OutboxEntry
 from controlplane.finance import services
 from controlplane.finance.models import FinanceSnapshot
 from controlplane.plans.models import Plan
@@ -80,8 +81,12 @@ class TestHeldHours(APITest):
                 (1, span(second, activations[2])),
                 (2, span(activations[2], current)),
             ],
-            current.strftime("%Y-%m"): [(2, span(current, end_ts))],
         }
+        # In a month's first hour no whole hour of it has ended yet: it has no row.
+        if end_ts > current.timestamp():
+            held[current.strftime("%Y-%m")] = [(2, span(current, end_ts))]
+        else:
+            assert current.strftime("%Y-%m") not in by_month
         for label, parts in held.items():
             row = by_month[label]
             expected_hours = sum(h for _, h in parts)
@@ -107,7 +112,8 @@ class TestHeldHours(APITest):
             month_one["cost"] - month_one["planned_cost"], abs=0.02
         )
         # The current month is still filling: no variance yet.
-        assert by_month[current.strftime("%Y-%m")]["variance_cost"] is None
+        if current.strftime("%Y-%m") in by_month:
+            assert by_month[current.strftime("%Y-%m")]["variance_cost"] is None
 
         # By tenant, the held hours add up to the month's.
         tenants = services.finance_history(period="month", horizon=3, group_by=["tenant"]).rows
@@ -117,3 +123,85 @@ class TestHeldHours(APITest):
             assert sum(r["replica_hours"] for r in parts) == pytest.approx(
                 row["replica_hours"], abs=0.05
             )
+
+
+class TestDeliveredState(APITest):
+    """Where the sinks' delivered state is known, actuals hold what was delivered."""
+
+    def plans(self) -> tuple[list[Plan], list[datetime], datetime]:
+        """Two plans of different size: the first activated 3 days back, the second 2 days
+        back (whole hours, so the sums below are exact); and the end of the last whole hour."""
+        now = timezone.now()
+        end = datetime.fromtimestamp(int(now.timestamp()) // HOUR * HOUR, tz=UTC)
+        activations = [end - timedelta(days=3), end - timedelta(days=2)]
+        seeds_fleet(self.records, with_second_tenant=True)
+        plans = [active_plan()]
+        raise_profile("helper", 4.0)
+        plans.append(active_plan())
+        for plan, at in zip(plans, activations, strict=True):
+            Plan.objects.filter(pk=plan.pk).update(activated_at=at)
+        assert replicas(plans[0]) < replicas(plans[1])
+        return [Plan.objects.get(pk=p.pk) for p in plans], activations, end
+
+    def sent(self, plan: Plan, status: str, delivered_at: datetime | None) -> None:
+        sink = AllocationSink.objects.get_or_create(
+            name="files", defaults={"kind": AllocationSink.Kind.FILES, "directory": "a"}
+        )[0]
+        OutboxEntry.objects.create(
+            plan=plan,
+            sink=sink,
+            region="r1",
+            payload={},
+            idempotency_key=f"plan-{plan.pk}-r1",
+            status=status,
+            delivered_at=delivered_at,
+        )
+
+    def held(self) -> dict[str, Any]:
+        rows = services.finance_history(period="month", horizon=2).rows
+        return {
+            "replica_hours": sum(r["replica_hours"] for r in rows),
+            "cost": sum(r["cost"] for r in rows),
+            "sources": {r["source"] for r in rows if r["replica_hours"] > 0},
+            "versions": {v for r in rows for v in r["plan_versions"].split(";") if v},
+        }
+
+    def test_a_delivery_6_hours_late_leaves_those_hours_to_the_plan_before(self) -> None:
+        plans, activations, end = self.plans()
+        counts = [replicas(p) for p in plans]
+        self.sent(plans[0], OutboxEntry.Status.DELIVERED, activations[0])
+        self.sent(plans[1], OutboxEntry.Status.DELIVERED, activations[1] + timedelta(hours=6))
+        first = (activations[1] - activations[0]).total_seconds() / HOUR + 6
+        second = (end - activations[1]).total_seconds() / HOUR - 6
+        held = self.held()
+        assert held["replica_hours"] == pytest.approx(counts[0] * first + counts[1] * second)
+        assert held["cost"] == pytest.approx(
+            plans[0].cost_per_hour * first + plans[1].cost_per_hour * second, abs=0.05
+        )
+        assert held["sources"] == {"delivered"}
+        # The same plans without any delivered state: held from the activation, as planned.
+        OutboxEntry.objects.all().delete()
+        planned = self.held()
+        assert planned["replica_hours"] == pytest.approx(
+            counts[0] * (first - 6) + counts[1] * (second + 6)
+        )
+        assert planned["sources"] == {"plan"}
+
+    def test_a_failed_delivery_is_never_held(self) -> None:
+        plans, activations, end = self.plans()
+        counts = [replicas(p) for p in plans]
+        self.sent(plans[1], OutboxEntry.Status.FAILED, None)
+        held = self.held()
+        # The first plan (sent to no sink: held from its activation) holds to the end.
+        hours_held = (end - activations[0]).total_seconds() / HOUR
+        assert held["replica_hours"] == pytest.approx(counts[0] * hours_held)
+        assert held["versions"] == {str(plans[0].version)}
+        assert held["sources"] == {"plan"}
+        # Delivered at last, an hour ago: from then on the second plan is held.
+        OutboxEntry.objects.filter(plan=plans[1]).update(
+            status=OutboxEntry.Status.DELIVERED, delivered_at=end - timedelta(hours=1)
+        )
+        held = self.held()
+        assert held["replica_hours"] == pytest.approx(counts[0] * (hours_held - 1) + counts[1])
+        # The current month mixes both (three days back may reach into the month before).
+        assert "delivered+plan" in held["sources"] <= {"plan", "delivered+plan"}

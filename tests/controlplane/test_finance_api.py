@@ -83,7 +83,7 @@ class TestFinanceEndpoints(ReportEndpointContract):
         yield forecast, {"horizon": "300", "period": "month"}, "horizon"
         yield forecast, {"period": "\x00"}, "period"
         for url in ("/api/finance/commitments/", "/api/finance/showback/"):
-            yield url, {"period": "quarter"}, "period"
+            yield url, {"period": "fortnight"}, "period"
             yield url, {"horizon": "-1"}, "horizon"
         yield "/api/finance/history/", {"group_by": "colour"}, "group_by"
         yield "/api/finance/history/", {"period": "hour"}, "period"
@@ -187,7 +187,7 @@ class TestSums(FinanceTest):
 
     def test_showback_lines_add_up_to_the_forecast(self, api_client_for: Any) -> None:
         client = api_client_for(FINANCE)
-        for period in ("month", "week", "day"):
+        for period in ("quarter", "month", "week", "day"):
             forecast = client.get("/api/finance/forecast/", {"period": period, "horizon": 3})
             showback = client.get("/api/finance/showback/", {"period": period, "horizon": 3})
             totals = {r["period"]: r["cost"] for r in forecast.json()["rows"]}

@@ -190,7 +190,9 @@ class TestUnsupported(OpenCostTest):
             ({"window": "week"}, "window"),
             ({"window": "lastmonth"}, "window"),
             ({"window": "2020-01-01T00:00:00Z,2020-01-02T00:00:00Z"}, "window"),
-            ({"window": "24h"}, "window"),  # ends at the next hour, not at a day's end
+            # Ends at the next hour and starts 25 h before it: never both at 00:00 UTC (a 24 h
+            # window would be whole days when asked between 23:00 and midnight).
+            ({"window": "25h"}, "window"),
             ({"window": "tomorrow"}, "window"),
             ({"window": "3000-01-01T00:00:00Z,3000-01-02T00:00:00Z"}, "window"),
             ({"window": "today", "period": "month"}, "period"),

@@ -145,6 +145,9 @@ class TestForecastEqualsReSolve(APITest):
         for week in weeks:
             assert week["cost"] == pytest.approx(sum(cost[d] for d in days_of(week)), abs=0.05)
         # A month is the sum of its weeks' shares: each week less its days outside the month.
+        # The week report starts with the current week, so a month that began before it also
+        # holds the days before that week, which ran the plan.
+        first_week = datetime.fromisoformat(weeks[0]["period_start"])
         for month in months[:2]:
             inside = set(days_of(month))
             shares = [
@@ -152,5 +155,49 @@ class TestForecastEqualsReSolve(APITest):
                 for week in weeks
                 if inside & set(days_of(week))
             ]
-            assert month["cost"] == pytest.approx(sum(shares), abs=0.5)
+            before = sum(cost[d] for d in inside if d < first_week)
+            assert month["cost"] == pytest.approx(sum(shares) + before, abs=0.5)
         assert today.tzinfo == UTC
+
+    def test_a_quarter_is_its_months_and_its_days(self) -> None:
+        now = timezone.now()
+        quarters = services.finance_forecast(period="quarter", horizon=4, now=now).rows
+        months = services.finance_forecast(period="month", horizon=13, now=now).rows
+        days = services.finance_forecast(period="day", horizon=200, now=now).rows
+        assert [q["period"][-2:] for q in quarters] == [
+            f"Q{(datetime.fromisoformat(q['period_start']).month - 1) // 3 + 1}" for q in quarters
+        ]
+        # The current quarter runs the plan today and the forecast from tomorrow, unless today
+        # is its last day.
+        tomorrow = min(datetime.fromisoformat(r["period_start"]) for r in days) + timedelta(days=1)
+        current_end = datetime.fromisoformat(quarters[0]["period_end"])
+        assert quarters[0]["sized_by"] == ("plan" if tomorrow == current_end else "plan+forecast")
+        assert {q["sized_by"] for q in quarters[1:]} == {"forecast"}
+        plan_day = 24 * self.plan.cost_per_hour
+        by_month = {datetime.fromisoformat(r["period_start"]): r["cost"] for r in months}
+        by_day = {datetime.fromisoformat(r["period_start"]): r["cost"] for r in days}
+        today = min(by_day)
+        for quarter in quarters:
+            first = datetime.fromisoformat(quarter["period_start"])
+            last = datetime.fromisoformat(quarter["period_end"])
+            # The quarter's months, those before the current one ran the plan, every hour.
+            starts = [first.replace(month=first.month + k) for k in range(3)]
+            assert last == (starts[-1] + timedelta(days=31)).replace(day=1)
+            summed = 0.0
+            for month in starts:
+                if month in by_month:
+                    summed += by_month[month]
+                else:
+                    assert month < today
+                    following = (month + timedelta(days=31)).replace(day=1)
+                    summed += plan_day * (following - month).days
+            assert quarter["cost"] == pytest.approx(summed, abs=0.5), quarter["period"]
+            # And its days: before today the plan's, from today on the day report's.
+            if last - timedelta(days=1) > max(by_day):
+                continue
+            total = sum(
+                by_day.get(first + timedelta(days=k), plan_day) for k in range((last - first).days)
+            )
+            assert quarter["cost"] == pytest.approx(total, abs=0.5), quarter["period"]
+        # The first two quarters are within the 200 days: both were checked against days.
+        assert datetime.fromisoformat(quarters[1]["period_end"]) <= max(by_day) + timedelta(days=1)

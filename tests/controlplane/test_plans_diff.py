@@ -6,19 +6,31 @@ from typing import Any
 
 from controlplane.plans.diff import PlanDocuments, diff_lines, plan_diff, serves_less
 
+# A valid placement problem (a plan's stored problem always is): only the names, GPUs,
+# rates, bursts, tenants and priorities matter to the diff.
+_DEMAND = {"model": "m", "home_region": "eu-west", "prompt_tokens": 0, "output_tokens": 100}
 PROBLEM: dict[str, Any] = {
     "format": "placement-problem/v1",
     "regions": [
         {"name": "eu-west", "geo": "eu", "zones": ["eu-west-a", "eu-west-b"]},
         {"name": "us-east", "geo": "us", "zones": ["us-east-a"]},
     ],
+    "accelerators": [{"name": "g", "price_per_gpu_hour": 2.0}],
     "shapes": [
-        {"name": "m/x2", "model": "m", "accelerator": "g", "gpus": 2},
-        {"name": "m/x4", "model": "m", "accelerator": "g", "gpus": 4},
+        {
+            "name": f"m/x{gpus}",
+            "model": "m",
+            "accelerator": "g",
+            "gpus": gpus,
+            "prefill_tokens_per_s": 4000,
+            "decode_tokens_per_s": 100,
+        }
+        for gpus in (2, 4)
     ],
     "demands": [
-        {"id": "acme/m", "tenant": "acme", "requests_per_s": 4.0, "burst": 1.5, "priority": 0},
-        {"id": "beta/m", "tenant": "beta", "requests_per_s": 2.0, "priority": 2},
+        {"id": "acme/m", "tenant": "acme", "requests_per_s": 4.0, "burst": 1.5, "priority": 0}
+        | _DEMAND,
+        {"id": "beta/m", "tenant": "beta", "requests_per_s": 2.0, "priority": 2} | _DEMAND,
     ],
 }
 
@@ -52,7 +64,7 @@ BEFORE = solution(
 
 
 def test_no_active_plan_makes_every_replica_new() -> None:
-    diff = plan_diff(before=None, after=PlanDocuments(PROBLEM, BEFORE))
+    diff = plan_diff(before=None, after=PlanDocuments.read(PROBLEM, BEFORE))
 
     assert diff["against_version"] is None
     assert diff["replicas_added"] == 7 and diff["replicas_removed"] == 0
@@ -75,7 +87,9 @@ def test_replica_changes_cost_and_moved_routing() -> None:
     )
 
     diff = plan_diff(
-        before=PlanDocuments(PROBLEM, BEFORE), after=PlanDocuments(PROBLEM, after), before_version=4
+        before=PlanDocuments.read(PROBLEM, BEFORE),
+        after=PlanDocuments.read(PROBLEM, after),
+        before_version=4,
     )
 
     assert diff["against_version"] == 4
@@ -129,7 +143,9 @@ def test_a_demand_that_only_grew_has_not_moved() -> None:
     after = solution({("eu-west-a", "m/x2"): 6}, [("acme/m", "eu-west", "m/x2", 12.0)])
 
     diff = plan_diff(
-        before=PlanDocuments(PROBLEM, BEFORE), after=PlanDocuments(grown, after), before_version=1
+        before=PlanDocuments.read(PROBLEM, BEFORE),
+        after=PlanDocuments.read(grown, after),
+        before_version=1,
     )
 
     assert diff["routing_changed"] == []
@@ -143,7 +159,9 @@ def test_newly_unserved_demand_needs_approval() -> None:
         unserved={"acme/m": 2.0, "beta/m": 2.0},
     )
     diff = plan_diff(
-        before=PlanDocuments(PROBLEM, BEFORE), after=PlanDocuments(PROBLEM, short), before_version=2
+        before=PlanDocuments.read(PROBLEM, BEFORE),
+        after=PlanDocuments.read(PROBLEM, short),
+        before_version=2,
     )
 
     assert [
@@ -162,7 +180,9 @@ def test_less_unserved_than_before_is_not_newly_unserved() -> None:
     after = solution({}, [], unserved={"acme/m": 3.0, "beta/m": 2.0 + 1e-9})
 
     diff = plan_diff(
-        before=PlanDocuments(PROBLEM, before), after=PlanDocuments(PROBLEM, after), before_version=7
+        before=PlanDocuments.read(PROBLEM, before),
+        after=PlanDocuments.read(PROBLEM, after),
+        before_version=7,
     )
 
     assert diff["newly_unserved"] == []

@@ -31,6 +31,7 @@ FIELD_IDS = [str(f) for f in FIELDS]
 MAKERS: dict[str, Callable[[Records], models.Model]] = {
     "region": lambda r: r.region(),
     "region-link": lambda r: r.region_link(),
+    "hosted-provider": lambda r: r.hosted_provider(rpm_limit=60_000),
     "accelerator": lambda r: r.accelerator(),
     "inventory": lambda r: r.inventory(),
     "model": lambda r: r.llm_model(

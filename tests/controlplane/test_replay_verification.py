@@ -224,12 +224,23 @@ def test_traces_are_stored_once_and_decode_to_the_log(tmp_path: Path) -> None:
 def test_band_edges_carry_the_replays_raises_and_exclusions() -> None:
     from controlplane.plans.services import with_replay_raises
 
+    # The verified problem is a valid one (the re-plan solved it); the edge is the forecast's
+    # document, changed row by row.
+    rest = {"model": "m", "home_region": "r", "requests_per_s": 1, "prompt_tokens": 0}
     verified = {
+        "regions": [{"name": "r", "zones": ["r-a"]}],
+        "accelerators": [{"name": "g", "price_per_gpu_hour": 1.0}],
+        "shapes": [
+            {"name": name, "model": "m", "accelerator": "g", "gpus": 1,
+             "prefill_tokens_per_s": 1000, "decode_tokens_per_s": 100}
+            for name in ("s1", "s2")
+        ],
         "demands": [
-            {"id": "a", "burst": 3.0, "burst_before_replay": 1.5, "excluded_shapes": ["s2"]},
-            {"id": "b", "burst": 1.3},
-        ]
-    }
+            {"id": "a", "burst": 3.0, "burst_before_replay": 1.5, "excluded_shapes": ["s2"],
+             "output_tokens": 10} | rest,
+            {"id": "b", "burst": 1.3, "output_tokens": 10} | rest,
+        ],
+    }  # fmt: skip
     edge = {"demands": [{"id": "a", "burst": 1.5, "requests_per_s": 9}, {"id": "b", "burst": 1.3}]}
     out = with_replay_raises(edge, verified)
     assert out["demands"][0] == {

@@ -9,10 +9,12 @@ import pytest
 
 from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.fleet.models import WorkloadClass
+from controlplane.plans.assumptions import pool_signal_alerts_check
 from controlplane.plans.impact import pool_drift_alerts_price
 from controlplane.policies.models import Tenant, WorkloadProfile
 from controlplane.telemetry import derive, metrics
 from controlplane.telemetry.models import DriftAlert, TelemetryPull, TelemetrySeries
+from controlplane.telemetry.storage import SeriesKey
 from tests.controlplane.telemetry_fakes import (
     Fleet,
     make_fleet,
@@ -26,7 +28,16 @@ pytestmark = pytest.mark.django_db
 
 T0 = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)
 W = 300
-ENDPOINTS = ("pulls", "derivations", "observations", "profiles", "series", "alerts", "pool-alerts")
+ENDPOINTS = (
+    "pulls",
+    "derivations",
+    "observations",
+    "profiles",
+    "series",
+    "alerts",
+    "pool-alerts",
+    "pool-signal-alerts",
+)
 
 
 @pytest.fixture
@@ -42,11 +53,29 @@ def data(settings: Any) -> Fleet:
         start = T0 + timedelta(hours=hour)
         bucket = steady(requests_per_s=8, bucket_s=W, prompt_mean=prompt, output_mean=100)
         store(traffic_samples("northwind", "chat-70b", "eu-west", start, W, [bucket] * 12), W)
+        if hour == 1:
+            # The pool's engines queue requests for 2-3 s (p95 2.75 s): a pool signal alert.
+            queue = {"1.0": 0.0, "2.0": 0.5, "3.0": 1.0, "+Inf": 1.0}
+            store(
+                {
+                    SeriesKey("", "chat-70b", "eu-west", "", metrics.QUEUE_HIST + suffix, le): {
+                        start + timedelta(seconds=i * W): value * 2400 for i in range(12)
+                    }
+                    for suffix, le, value in [
+                        *(("_bucket", le, share) for le, share in queue.items()),
+                        ("_count", "", 1.0),
+                        ("_sum", "", 2.5),
+                    ]
+                },
+                W,
+            )
         run = derive.workload_profiles_derive(
             window_start=start, window_end=start + timedelta(hours=1)
         )
-        # As the pipeline does after a derivation: the pool's drift priced by re-solving.
+        # As the pipeline does after a derivation: the pool's drift priced by re-solving, its
+        # engines' signals checked.
         pool_drift_alerts_price(derivation=run)
+        pool_signal_alerts_check(derivation=run)
     # A declared profile, which the telemetry profile list leaves out.
     WorkloadProfile.objects.create(
         tenant=Tenant.objects.get(name="northwind"),

@@ -16,7 +16,8 @@ from django.utils import timezone
 from controlplane.plans.demand import forecast_anchor
 from controlplane.plans.models import ReplanRun
 from controlplane.telemetry import metrics
-from controlplane.telemetry.selectors import request_rate_history
+from controlplane.telemetry.models import RunStatus, TelemetryPull
+from controlplane.telemetry.selectors import request_rate_history, stored_bucket_s
 from controlplane.telemetry.storage import SeriesKey
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan
 from tests.controlplane.telemetry_fakes import make_fleet, store
@@ -114,6 +115,36 @@ def test_the_configured_bucket_width_is_read(settings) -> None:  # type: ignore[
     assert history == {("acme", "chat-70b", "eu-west"): ([T0.timestamp()], [1.0])}
 
 
+def test_the_stored_width_is_read_whatever_this_processs_setting(settings) -> None:  # type: ignore[no-untyped-def]
+    """The samples were pulled at 5-minute buckets; a process configured for 1-minute ones
+    (another shell, another environment) reads them at the width they were stored at."""
+    make_fleet(("acme", "eu-west"))
+    _requests("acme", _buckets(T0, 12, 300.0))
+    TelemetryPull.objects.create(
+        window_start=T0,
+        window_end=T0 + timedelta(hours=1),
+        bucket_s=BUCKET_S,
+        status=RunStatus.SUCCEEDED,
+    )
+    settings.HEADROOM_TELEMETRY_BUCKET_S = 60
+
+    assert stored_bucket_s() == BUCKET_S
+    history = request_rate_history(start=T0, end=T0 + timedelta(hours=1))
+
+    assert history == {("acme", "chat-70b", "eu-west"): ([T0.timestamp()], [1.0])}
+
+
+def test_without_pulls_the_configured_width_is_read_where_stored_else_the_newest(
+    settings,  # type: ignore[no-untyped-def]
+) -> None:
+    make_fleet(("acme", "eu-west"))
+    assert stored_bucket_s() == BUCKET_S  # nothing stored: the setting
+    _requests("acme", {T0 + timedelta(minutes=m): 60.0 for m in range(60)}, bucket_s=60)
+    assert stored_bucket_s() == 60  # only 1-minute series: those
+    _requests("acme", _buckets(T0, 12, 300.0))
+    assert stored_bucket_s() == BUCKET_S  # the configured width is stored too: it
+
+
 def test_two_weeks_of_samples_make_a_replan_size_the_demand_from_the_forecast() -> None:
     load_support_assistant()
     end = forecast_anchor(timezone.now())
@@ -146,6 +177,28 @@ def test_two_weeks_of_samples_make_a_replan_size_the_demand_from_the_forecast() 
     # wave's peak hours, about 2.9.
     total = sum(d["requests_per_s"] for d in sized)
     assert 2.6 < total < 3.4
+    assert run.plan.forecast_band["sources"] == {"declared": 18, "telemetry": 3}
+
+
+def test_a_replan_in_a_process_configured_for_another_width_still_sizes_from_telemetry(
+    settings,  # type: ignore[no-untyped-def]
+) -> None:
+    load_support_assistant()
+    end = forecast_anchor(timezone.now())
+    days = 16
+    first = end - timedelta(days=days)
+    samples = {first + timedelta(seconds=i * BUCKET_S): 2.0 * BUCKET_S for i in range(days * 288)}
+    key = SeriesKey("keystone-mutual", "chat-70b", "us-east", "", metrics.REQUESTS, "")
+    store({key: samples}, BUCKET_S)
+    TelemetryPull.objects.create(
+        window_start=first, window_end=end, bucket_s=BUCKET_S, status=RunStatus.SUCCEEDED
+    )
+    settings.HEADROOM_TELEMETRY_BUCKET_S = 60  # the re-planning process's own setting
+
+    run = run_replan()
+
+    assert run.status == ReplanRun.Status.SUCCEEDED, run.error
+    assert run.plan is not None
     assert run.plan.forecast_band["sources"] == {"declared": 18, "telemetry": 3}
 
 

@@ -8,6 +8,7 @@ import csv
 import html
 import io
 import re
+from collections import defaultdict
 from typing import Any
 
 import pytest
@@ -20,8 +21,13 @@ from controlplane.core.roles import FINANCE, POLICY_ADMIN, VIEWER
 from controlplane.plans.models import Plan, PlanDecision
 from controlplane.plans.whatif_jobs import whatif_drain
 from controlplane.policies.models import Tenant
-from tests.controlplane.plans_helpers import load_support_assistant, run_replan, shrink_region
-from tests.controlplane.web_support import add_drift_alert, add_observations
+from controlplane.telemetry.models import ObservedWorkload
+from controlplane.web import selectors
+from controlplane.web.selectors import FINANCE_ACTUALS_HORIZON
+from tests.controlplane.plans_helpers import load_support_assistant, run_replan
+from tests.controlplane.web_support import (
+    active_and_awaiting_plans,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -61,15 +67,7 @@ def client_for(user: User | None) -> Client:
 @pytest.fixture
 def plans() -> tuple[Plan, Plan]:
     """v1 active; v2 (no GPUs left in us-east) awaiting approval."""
-    load_support_assistant()
-    first = run_replan().plan
-    add_observations("nordlicht-versicherung")
-    add_drift_alert("nordlicht-versicherung")
-    shrink_region("us-east", 0)
-    second = run_replan().plan
-    assert first is not None and second is not None
-    assert second.state == Plan.State.AWAITING_APPROVAL
-    return first, second
+    return active_and_awaiting_plans()
 
 
 def _walk(role_users: dict[str, User | None]) -> None:
@@ -110,12 +108,39 @@ def test_tenant_page_charts_its_workload_with_the_numbers(
     assert "0.75 s" in body  # TTFT p95 of the last window, in the table
 
 
-def test_drift_alert_shows_its_cost_and_the_replan_it_caused(
+def test_tenant_page_flags_a_measured_ttft_above_the_tier_slo(
+    role_users: dict[str, User | None], plans: tuple[Plan, Plan]
+) -> None:
+    tenant = Tenant.objects.select_related("tier").get(name="nordlicht-versicherung")
+    tenant.tier.p95_ttft_slo_s = 2.5
+    tenant.tier.save()
+    last = ObservedWorkload.objects.filter(tenant=tenant.name).order_by("-derivation__window_end")
+    ObservedWorkload.objects.filter(pk=last[0].pk).update(ttft_p95_s=3.94)
+    body = client_for(role_users[VIEWER]).get(f"/tenants/{tenant.name}/").content.decode()
+    ttft = body[body.index('id="ttft"') :]
+    ttft = ttft[: ttft.index("</svg>")]
+    assert '<line class="threshold"' in ttft and ">SLO 2.5 s</text>" in ttft
+    assert ttft.count('class="breach"') == 1 and 'data-breaches="1"' in ttft
+    assert "SLO 2.5 s: 1 of 7 points above it" in ttft
+    assert "3.94 s, above the SLO 2.5 s" in body  # in the table
+    assert "1 TTFT p95 value above the SLO 2.5 s" in body
+    # Daily windows a day apart are joined; every chart's series are all in its legend.
+    assert ttft.count('<path class="series"') == 1
+    for chart, labels in (("rate", ["peak", "mean"]), ("prompt", ["p50", "p95", "p99"])):
+        svg = body[body.index(f'id="{chart}"') :]
+        svg = svg[: svg.index("</svg>")]
+        assert re.findall(r'<text class="legend"[^>]*>([^<]*)</text>', svg) == labels
+
+
+def test_a_tenant_alert_no_pool_drift_holds_is_listed_with_the_replan_it_caused(
     role_users: dict[str, User | None], plans: tuple[Plan, Plan]
 ) -> None:
     body = client_for(role_users[VIEWER]).get("/drift/").content.decode()
     assert "nordlicht-versicherung" in body
-    assert "4 → 6 (+2)" in body
+    # No pool drift holds it yet: listed on its own with its message, no priced figures
+    # of its own (those are the pool drift's).
+    assert "Tenant alerts not yet part of a pool's drift" in body
+    assert "4 → 6 replicas." in body and "4 → 6 (+2)" not in body
     assert "re-plan #" in body
 
 
@@ -272,7 +297,8 @@ def test_finance_page_tables_download_as_the_api_serves_them(
     body = client.get("/finance/").content.decode()
     assert "Cost by month, region and GPU type" in body and "The price of each promise" in body
     links = re.findall(r'href="(/api/finance/[^"]+format=csv[^"]*)"', body)
-    assert len(links) == 3
+    # The chosen view, actuals, cost by region and GPU type, commitments, promises.
+    assert len(links) == 5
     for link in links:
         url = html.unescape(link)
         download = client.get(url)
@@ -280,13 +306,80 @@ def test_finance_page_tables_download_as_the_api_serves_them(
         rows = list(csv.DictReader(io.StringIO(download.content.decode())))
         api = client.get(url.replace("format=csv", "format=json")).json()
         assert [list(r) for r in rows[:1]] == [list(api["columns"])][: len(rows[:1])]
-        assert len(rows) == len(api["rows"]) and rows
+        # Actuals count whole hours held: none yet for a plan activated this hour.
+        assert len(rows) == len(api["rows"]) and (rows or "/history/" in url)
         for row, expected in zip(rows, api["rows"], strict=True):
             for column in api["columns"]:
                 value = expected[column]
                 assert row[column] == ("" if value is None else str(value)), (url, column)
     tenant = client.get("/tenants/nordlicht-versicherung/").content.decode()
     assert "Showback by month" in tenant
+
+
+def _figures(body: str, table: str) -> dict[str, float]:
+    """The cost figures of one of the finance page's tables, by row key."""
+    part = body.split(f'data-table="{table}"', 1)[1].split("</table>", 1)[0]
+    found = re.findall(
+        r'data-(?:period|group)="([^"]+)"><th scope="row">[^<]*</th>'
+        r'<td class="n" data-figure="cost">([^<]+)</td>',
+        part,
+    )
+    return {html.unescape(key): float(value.replace(",", "")) for key, value in found}
+
+
+@pytest.mark.parametrize(
+    ("group_by", "period"), [("region", "month"), ("tenant", "quarter"), ("accelerator", "week")]
+)
+def test_finance_page_shows_the_apis_figures(
+    role_users: dict[str, User | None], plans: tuple[Plan, Plan], group_by: str, period: str
+) -> None:
+    client = client_for(role_users[FINANCE])
+    response = client.get("/finance/", {"group_by": group_by, "period": period})
+    assert response.status_code == 200
+    body = response.content.decode()
+    api = client.get("/api/finance/forecast/", {"group_by": group_by, "period": period}).json()
+    rows = api["rows"]
+    by_period: dict[str, float] = defaultdict(float)
+    by_group: dict[str, float] = defaultdict(float)
+    for row in rows:
+        by_period[row["period"]] += row["cost"]
+        by_group[row[group_by]] += row["cost"]
+    shown = _figures(body, "period-totals")
+    assert shown.keys() == by_period.keys()
+    for label, cost in by_period.items():
+        assert shown[label] == pytest.approx(cost, abs=0.005), label
+    groups = _figures(body, "group-totals")
+    assert groups.keys() == by_group.keys()
+    for name, cost in by_group.items():
+        assert groups[name] == pytest.approx(cost, abs=0.005), name
+    horizon = re.search(r'<strong data-figure="cost">([^<]+)</strong>', body)
+    assert horizon is not None
+    assert float(horizon.group(1).replace(",", "")) == pytest.approx(
+        sum(r["cost"] for r in rows), abs=0.005
+    )
+    # The selector the page renders holds the same figures as the API.
+    page = selectors.finance_page(group_by=group_by, period=period)
+    assert page.horizon is not None
+    assert page.horizon.cost == pytest.approx(sum(r["cost"] for r in rows), abs=0.005)
+    history = client.get(
+        "/api/finance/history/",
+        {"group_by": group_by, "period": period, "horizon": FINANCE_ACTUALS_HORIZON[period]},
+    ).json()["rows"]
+    assert [(a.period, a.group, a.cost, a.source) for a in page.actuals] == [
+        (r["period"], r[group_by], r["cost"], r["source"]) for r in history
+    ]
+    # Labelled controls; every header cell has a scope.
+    for control in ("finance-group-by", "finance-period"):
+        assert f'<label for="{control}">' in body and f'id="{control}"' in body
+    assert "<th>" not in body.split('<div class="finance">', 1)[1]
+
+
+def test_finance_page_refuses_a_bad_choice_naming_it(role_users: dict[str, User | None]) -> None:
+    client = client_for(role_users[FINANCE])
+    for params, name in (({"group_by": "planet"}, "group_by"), ({"period": "year"}, "period")):
+        response = client.get("/finance/", params)
+        assert response.status_code == 400
+        assert f"{name}: must be one of" in response.content.decode()
 
 
 def _queries(client: Client, url: str) -> int:

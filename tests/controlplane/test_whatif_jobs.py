@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -327,6 +328,38 @@ def test_a_job_left_queued_past_the_queue_timeout_is_failed(
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED
     assert "Not started within 300 s" in job.error
+
+
+def test_a_submit_fails_overdue_jobs_first_and_counts_its_place_in_one_query(
+    fleet: None,
+    isolated: FakeChild,
+    settings: Any,
+    django_assert_max_num_queries: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """A burst of submits waits on each other's statements (they are serialized), so a
+    submit takes its bounds, its queue position and the overdue check from one count; the
+    expiry runs only when that count finds an overdue job."""
+    settings.HEADROOM_WHATIF_QUEUE_TIMEOUT_S = 300
+    viewers = _viewers()
+    stale = whatif_submit(change=WhatIfChange(tenant=TENANT), user=next(viewers))
+    WhatIfJob.objects.filter(pk=stale.pk).update(created_at=timezone.now() - timedelta(seconds=301))
+    waiting = whatif_submit(change=WhatIfChange(tenant=TENANT), user=next(viewers))
+    stale.refresh_from_db()
+    assert stale.status == JobStatus.FAILED and "Not started within 300 s" in stale.error
+    # The stale job was failed before the count: one queued job is ahead of the next.
+    client = _client(next(viewers))
+    # Authentication is forced here; a token adds its one lookup in production. Where the
+    # database has row locks, the submits serialize on one (a statement more).
+    limit = 6 + int(connection.features.has_select_for_update)
+    with django_assert_max_num_queries(limit), django_capture_on_commit_callbacks(execute=True):
+        response = client.post("/api/plans/what-ifs/", SURGE, format="json")
+    assert response.status_code == 202, response.content
+    assert response.json()["queue_position"] == 1
+    job = WhatIfJob.objects.get(pk=response.json()["id"])
+    assert whatif_jobs.queue_position(job) == 1  # counted afresh from the rows
+    assert waiting.pk != job.pk  # the stale job was failed, the waiting one is ahead
+    assert isolated.kicks == 1  # the one submit whose commit this test ran
 
 
 def test_a_tenant_deleted_after_the_check_fails_the_job_naming_it(

@@ -86,3 +86,19 @@ def add_drift_alert(tenant_name: str) -> DriftAlert:
         ReplanRun.Status.UNCHANGED,
     )
     return alert
+
+
+def active_and_awaiting_plans() -> tuple[Plan, Plan]:
+    """The shipped scenario: v1 active, observations and a drift alert for
+    nordlicht-versicherung, and v2 (no GPUs left in us-east) awaiting approval."""
+    from tests.controlplane.plans_helpers import load_support_assistant, run_replan, shrink_region
+
+    load_support_assistant()
+    first = run_replan().plan
+    add_observations("nordlicht-versicherung")
+    add_drift_alert("nordlicht-versicherung")
+    shrink_region("us-east", 0)
+    second = run_replan().plan
+    assert first is not None and second is not None
+    assert second.state == Plan.State.AWAITING_APPROVAL
+    return first, second

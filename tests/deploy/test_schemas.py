@@ -38,6 +38,7 @@ from controlplane.emission.sinks import kubernetes
 from controlplane.emission.sinks.kubernetes import ClusterSettings, region_manifests
 from planner.placement.generator import generate_problem
 from planner.placement.greedy import greedy_plan
+from planner.placement.problem import parse_problem
 from tests.controlplane.plans_helpers import load_support_assistant, run_replan
 from tests.deploy.validation import CRD_MISSING, CRDS, KUBERNETES_VERSION, all_errors
 
@@ -253,7 +254,7 @@ def _generated_fleet_documents() -> dict[str, dict[str, Any]]:
         inputs_hash="0" * 64,
         created_at=moment,
         activated_at=moment,
-        problem=problem,
+        problem=parse_problem(problem),
         allocations=allocations,
         routing=routing,
         serving=serving,

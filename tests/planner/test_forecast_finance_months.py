@@ -68,6 +68,18 @@ def test_periods_day_iso_week_and_month() -> None:
         "2025-W52",
         "2026-W01",
     ]
+    # Calendar quarters: 2025-04-02 is in Q2 (April to June); Q4 ends at the new year.
+    assert period_starts(ts, "quarter")[0] == at(2025, 4, 1)
+    assert list(
+        period_starts([at(2025, 1, 1), at(2025, 3, 31, 23), at(2025, 12, 31)], "quarter")
+    ) == [
+        at(2025, 1, 1),
+        at(2025, 1, 1),
+        at(2025, 10, 1),
+    ]
+    assert period_label(at(2025, 4, 1), "quarter") == "2025-Q2"
+    assert period_end(at(2025, 10, 1), "quarter") == at(2026, 1, 1)
+    assert period_end(at(2025, 1, 1), "quarter") == at(2025, 4, 1)
     with pytest.raises(PlannerInputError, match="period"):
         period_starts(ts, "year")  # type: ignore[arg-type]
 
@@ -81,6 +93,24 @@ def test_projection_by_week_sums_to_the_month() -> None:
     by_week = project_costs(ts, pools, prices, period="week")
     assert by_week.months == ("2025-W14", "2025-W15", "2025-W16", "2025-W17", "2025-W18")
     assert by_week.total() == by_month.total()
+
+
+def test_projection_by_quarter_sums_its_months() -> None:
+    # 2025-02-01 to 2025-07-31: part of Q1, all of Q2, part of Q3.
+    ts = np.arange(at(2025, 2, 1), at(2025, 8, 1), HOUR)
+    replicas = np.where((ts // HOUR) % 24 < 12, 3, 5)
+    prices = {("r", "g"): GpuPrice(on_demand=4.0, reserved=2.5)}
+    pools = [PoolDemand("r", "g", 2, replicas)]
+    by_month = project_costs(ts, pools, prices)
+    by_quarter = project_costs(ts, pools, prices, period="quarter")
+    assert by_quarter.months == ("2025-Q1", "2025-Q2", "2025-Q3")
+    months_of = {"2025-Q1": ("2025-02", "2025-03"), "2025-Q2": ("2025-04", "2025-05", "2025-06")}
+    for quarter, months in months_of.items():
+        summed = by_month.total(month=months[0])
+        for month in months[1:]:
+            summed = summed + by_month.total(month=month)
+        assert by_quarter.total(month=quarter) == summed
+    assert by_quarter.total() == by_month.total()
 
 
 # -- the rolling peak and scaling the plan -------------------------------------------------------

@@ -23,14 +23,21 @@ from typing import Any
 
 import pytest
 
-from controlplane.fleet.models import LlmModel
+from controlplane.fleet.models import LlmModel, Region
+from controlplane.telemetry.conf import PoolSignalThresholds
 from controlplane.telemetry.derive import workload_profiles_derive
 from controlplane.telemetry.metrics import KV_USAGE, PREFIX_HITS, REQUESTS
 from controlplane.telemetry.models import (
     ObservedWorkload,
+    PoolSignalAlert,
     RunStatus,
     TelemetryPull,
     TelemetrySeries,
+)
+from controlplane.telemetry.pool_signals import (
+    SignalReference,
+    pool_signal_check,
+    pool_signals_measure,
 )
 from controlplane.telemetry.pull import telemetry_pull
 from tests.controlplane.telemetry_fakes import make_fleet
@@ -262,3 +269,28 @@ def test_each_engines_exposition_reads_through_prometheus_under_its_name_map(
     assert all(
         "answered none" not in p.error and "answered no series" not in p.error for p in pulls
     )
+
+    # The pool signal alerts read the same signals per pool (every label set of the pool
+    # together): against a figure of 15 ms per token and one needing 12 sequences of 2,560
+    # tokens (30,720), V1's engines (p95 ITL of its 15-35 ms, 24,320 tokens of KV cache, an
+    # exponential 0.4 s queue: p95 about 1.2 s) raise all three.
+    signals = pool_signals_measure(bucket_s=BUCKET_S, start=start, end=end, min_observations=50)
+    measured = signals[("chat-70b-v1", "eu-west")]
+    assert measured.itl_p95_s == pytest.approx(v1.itl_p95_s)
+    assert measured.queue_time_p95_s == pytest.approx(v1.queue_time_p95_s)
+    assert measured.kv_capacity_tokens == 24_320
+    assert measured.queue_time_p95_s is not None and measured.queue_time_p95_s > 1.0
+    raised = pool_signal_check(
+        model=LlmModel.objects.get(name="chat-70b-v1"),
+        region=Region.objects.get(name="eu-west"),
+        measured=measured,
+        references={
+            PoolSignalAlert.Kind.ITL_P95: SignalReference(0.015),
+            PoolSignalAlert.Kind.KV_CAPACITY: SignalReference(30_720.0),
+        },
+        thresholds=PoolSignalThresholds(),
+        now=end,
+    )
+    assert sorted(a.kind for a in raised) == sorted(PoolSignalAlert.Kind.values)
+    # V0's exposition has no queue-time histogram: not measured, no alert either way.
+    assert signals[("chat-70b-v0", "eu-west")].queue_time_p95_s is None

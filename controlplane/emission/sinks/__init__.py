@@ -9,7 +9,7 @@ misconfigured). ``deliver`` below picks the module by the sink's kind.
 from __future__ import annotations
 
 from controlplane.emission.models import AllocationSink
-from controlplane.emission.sinks import files, kubernetes, webhook
+from controlplane.emission.sinks import files, kubernetes, litellm_config, webhook
 from controlplane.emission.sinks.base import (
     Delivery,
     DeliveryResult,
@@ -28,6 +28,7 @@ __all__ = [
     "deliver",
     "files",
     "kubernetes",
+    "litellm_config",
     "region_lock",
     "safe_name",
     "webhook",
@@ -43,4 +44,6 @@ def deliver(sink: AllocationSink, delivery: Delivery) -> DeliveryResult:
         return files.deliver(sink, delivery)
     if sink.kind == AllocationSink.Kind.KUBERNETES:
         return kubernetes.deliver(sink, delivery)
+    if sink.kind == AllocationSink.Kind.LITELLM:
+        return litellm_config.deliver(sink, delivery)
     return DeliveryResult(Outcome.FAILED, error=f"unknown sink kind {sink.kind!r}")

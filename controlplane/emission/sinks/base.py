@@ -9,7 +9,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -112,3 +112,49 @@ def write_atomically(path: Path, data: bytes) -> bool:
     finally:
         os.close(folder)
     return True
+
+
+def header_version(path: Path, header: re.Pattern[bytes]) -> int | None:
+    """The plan version a written file's first line names (``header``'s one group), or None
+    if there is no readable file or no such line."""
+    try:
+        with open(path, "rb") as handle:
+            match = header.match(handle.readline())
+    except OSError:
+        return None
+    return int(match.group(1)) if match else None
+
+
+def write_newest(
+    *,
+    directory: Path,
+    delivery: Delivery,
+    path: Path,
+    data: bytes,
+    written_version: Callable[[Path], int | None],
+    after_write: Callable[[], DeliveryResult | None] | None = None,
+    done: str = "",
+) -> DeliveryResult:
+    """Write one region's file unless it already holds a newer plan, under the region's lock.
+
+    ``after_write`` runs under the lock once the file is written (a failure it returns is the
+    delivery's); ``done`` is added to the detail of a delivery that wrote or kept the file.
+    A write that fails on the file system (a full disk, a permission) may be fixed by an
+    operator: it is retried.
+    """
+    try:
+        with region_lock(directory, safe_name(delivery.region)):
+            newer = written_version(path)
+            if newer is not None and newer > delivery.plan_version:
+                return DeliveryResult(
+                    Outcome.DELIVERED,
+                    detail=f"{path.name} already holds plan v{newer}; left unchanged",
+                )
+            changed = write_atomically(path, data)
+            failure = after_write() if after_write is not None else None
+            if failure is not None:
+                return failure
+    except OSError as exc:
+        return DeliveryResult(Outcome.RETRY, error=f"cannot write {path}: {exc!r}")
+    action = f"wrote {path.name}" if changed else f"{path.name} unchanged"
+    return DeliveryResult(Outcome.DELIVERED, detail=action + done)

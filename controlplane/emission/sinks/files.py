@@ -16,9 +16,8 @@ from controlplane.emission.sinks.base import (
     Delivery,
     DeliveryResult,
     Outcome,
-    region_lock,
     safe_name,
-    write_atomically,
+    write_newest,
 )
 
 if TYPE_CHECKING:
@@ -51,18 +50,10 @@ def deliver(sink: AllocationSink, delivery: Delivery) -> DeliveryResult:
         )
     except ValueError as exc:
         return DeliveryResult(Outcome.FAILED, error=f"the document is not valid JSON: {exc}")
-    try:
-        with region_lock(directory, safe_name(delivery.region)):
-            newer = written_version(path)
-            if newer is not None and newer > delivery.plan_version:
-                return DeliveryResult(
-                    Outcome.DELIVERED,
-                    detail=f"{path.name} already holds plan v{newer}; left unchanged",
-                )
-            changed = write_atomically(path, (data + "\n").encode("utf-8"))
-    except OSError as exc:
-        # A full disk or a permission problem may be fixed by an operator: retry.
-        return DeliveryResult(Outcome.RETRY, error=f"cannot write {path}: {exc}")
-    return DeliveryResult(
-        Outcome.DELIVERED, detail=f"wrote {path.name}" if changed else f"{path.name} unchanged"
+    return write_newest(
+        directory=directory,
+        delivery=delivery,
+        path=path,
+        data=(data + "\n").encode("utf-8"),
+        written_version=written_version,
     )

@@ -65,9 +65,9 @@ from controlplane.emission.sinks.base import (
     Delivery,
     DeliveryResult,
     Outcome,
-    region_lock,
+    header_version,
     safe_name,
-    write_atomically,
+    write_newest,
 )
 
 if TYPE_CHECKING:
@@ -547,12 +547,7 @@ def render(document: Mapping[str, Any], manifests: Sequence[Mapping[str, Any]]) 
 
 
 def written_version(path: Path) -> int | None:
-    try:
-        with open(path, "rb") as handle:
-            match = _HEADER.match(handle.readline())
-    except OSError:
-        return None
-    return int(match.group(1)) if match else None
+    return header_version(path, _HEADER)
 
 
 def kubectl_command(
@@ -624,21 +619,18 @@ def deliver(sink: AllocationSink, delivery: Delivery) -> DeliveryResult:
         return DeliveryResult(Outcome.FAILED, error=f"cannot build manifests: {exc!r}")
     data = render(delivery.payload, manifests)
     path = region_path(directory, delivery.region)
-    try:
-        with region_lock(directory, safe_name(delivery.region)):
-            newer = written_version(path)
-            if newer is not None and newer > delivery.plan_version:
-                return DeliveryResult(
-                    Outcome.DELIVERED,
-                    detail=f"{path.name} already holds plan v{newer}; left unchanged",
-                )
-            changed = write_atomically(path, data)
-            if sink.kubectl_apply:
-                failure = _kubectl(sink, cluster, path, delivery.region, empty=not manifests)
-                if failure is not None:
-                    return failure
-    except OSError as exc:
-        return DeliveryResult(Outcome.RETRY, error=f"cannot write {path}: {exc!r}")
-    action = "wrote" if changed else "unchanged:"
-    applied = " and applied it" if sink.kubectl_apply else ""
-    return DeliveryResult(Outcome.DELIVERED, detail=f"{action} {path.name}{applied}")
+
+    def apply() -> DeliveryResult | None:
+        if not sink.kubectl_apply:
+            return None
+        return _kubectl(sink, cluster, path, delivery.region, empty=not manifests)
+
+    return write_newest(
+        directory=directory,
+        delivery=delivery,
+        path=path,
+        data=data,
+        written_version=written_version,
+        after_write=apply,
+        done=" and applied it" if sink.kubectl_apply else "",
+    )

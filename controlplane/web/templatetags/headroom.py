@@ -2,43 +2,56 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django import template
 from django.utils.html import format_html
 
+from controlplane.core import formatting
+
 register = template.Library()
 
 
 def _float(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
+    return formatting.finite(value)
 
 
 @register.filter
 def num(value: Any, digits: int = 2) -> str:
     """A number with thousands separators and at most ``digits`` decimals, trailing zeros
-    dropped (57.400000000000006 → 57.4)."""
-    number = _float(value)
-    if number is None:
-        return "—" if value is None else str(value)
-    if int(digits) > 0 and 0 < abs(number) < 10 ** -int(digits):
-        return f"{number:.2g}"  # small but not zero: two significant digits, not "0"
-    text = f"{number:,.{int(digits)}f}"
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return "0" if text in ("-0", "") else text
+    dropped (57.400000000000006 → 57.4); residue (8.9e-16) reads as 0."""
+    if value is None:
+        return "—"
+    if _float(value) is None:
+        return str(value)
+    return formatting.number(value, int(digits))
 
 
 @register.filter
 def money(value: Any) -> str:
     """Dollars with cents: 1,234.50."""
-    number = _float(value)
-    return "—" if number is None else f"{number:,.2f}"
+    return formatting.money(value)
+
+
+@register.filter
+def subtract_money(value: Any, other: Any) -> str:
+    """``value − other`` as money (a total less one of its parts)."""
+    a, b = _float(value), _float(other)
+    if a is None or b is None:
+        return "—"
+    return formatting.money(a - b)
+
+
+@register.filter
+def count(value: Any) -> str:
+    """Replicas or GPUs: whole, or one decimal where fractional."""
+    return formatting.count(value)
+
+
+@register.filter
+def rate(value: Any) -> str:
+    """A rate (requests per second, tokens per second) to three significant figures."""
+    return formatting.rate(value)
 
 
 @register.filter
