@@ -20,14 +20,27 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
-from planner.placement.linear import BackendName, make_backend
-from planner.placement.model import Part, PlacementModel, Plan, SplitFailed, plan_violations
+from planner.placement.linear import Backend, BackendName, make_backend
+from planner.placement.model import (
+    Instance,
+    Part,
+    PlacementModel,
+    Plan,
+    Site,
+    SplitFailed,
+    plan_violations,
+)
 from planner.placement.start import constructive_plan
 
 # A block the relaxation gives more replicas than this is open in the restricted MIP.
 OPEN_IN_RELAXATION = 1e-6
+# An inventory repair also re-solves this many regions linked to the failing ones, so load
+# can move out of an overfilled region rather than onto its dearer accelerators; its
+# relaxation may take this share of its time.
+REPAIR_NEIGHBOURS = 4
+REPAIR_RELAXATION_SHARE = 0.3
 
 
 def _sub_model(
@@ -218,19 +231,7 @@ def relaxed_plan(
     nothing cheaper than ``plan``.
     """
     restricted = make_backend(model.lm, backend, workers=workers, seed=seed)
-    for v in model.v.values():
-        restricted.set_upper_bound(v, 0.0)
-    for b in model.blocks.values():
-        opened = sum(relaxed[v] for v, _ in b.count_terms()) > OPEN_IN_RELAXATION
-        if opened or any(plan.replicas.get((z, b.shape.name), 0) > 0 for z in b.n_ub):
-            continue
-        for v, _ in b.count_terms():
-            restricted.set_upper_bound(v, 0.0)
-        for v in b.n.values():
-            restricted.set_upper_bound(v, 0.0)
-        for ri in b.routes:
-            if ri in model.f:
-                restricted.set_upper_bound(model.f[ri], 0.0)
+    _restrict_to_opened(model, restricted, relaxed, plan)
     outcome = restricted.solve(
         objective,
         maximize=False,
@@ -248,6 +249,25 @@ def relaxed_plan(
     if model.objective_value(objective, candidate) >= model.objective_value(objective, plan):
         return None
     return candidate
+
+
+def _restrict_to_opened(
+    model: PlacementModel, solver: Backend, relaxed: Sequence[float], plan: Plan
+) -> None:
+    """Everyone served, and only the blocks the relaxation opens or ``plan`` uses open."""
+    for v in model.v.values():
+        solver.set_upper_bound(v, 0.0)
+    for b in model.blocks.values():
+        opened = sum(relaxed[v] for v, _ in b.count_terms()) > OPEN_IN_RELAXATION
+        if opened or any(plan.replicas.get((z, b.shape.name), 0) > 0 for z in b.n_ub):
+            continue
+        for v, _ in b.count_terms():
+            solver.set_upper_bound(v, 0.0)
+        for v in b.n.values():
+            solver.set_upper_bound(v, 0.0)
+        for ri in b.routes:
+            if ri in model.f:
+                solver.set_upper_bound(model.f[ri], 0.0)
 
 
 def neighbourhoods(model: PlacementModel, size: int = 6) -> list[frozenset[str]]:
@@ -420,3 +440,160 @@ def repair_plan(
     if plan_violations(model.instance, candidate):
         return None
     return candidate
+
+
+def _held_elsewhere(
+    instance: Instance, plan: Plan, demands: Sequence[int], regions: frozenset[str]
+) -> dict[int, float]:
+    """Each demand's share held outside ``regions``: all but what ``plan`` routes inside,
+    so that re-solving ``regions`` serves exactly as much as ``plan`` does (what it routes
+    elsewhere, its hosted share and what it leaves unserved stay as they are)."""
+    return {
+        di: 1.0
+        - sum(
+            plan.share.get(ri, 0.0)
+            for ri in instance.routes_of[di]
+            if instance.routes[ri].region in regions
+        )
+        for di in demands
+    }
+
+
+def inventory_repair(
+    instance: Instance,
+    places: Mapping[tuple[str, str], Site],
+    plan: Plan,
+    keys: Collection[tuple[str, str]],
+    *,
+    deadline: float,
+    workers: int,
+    seed: int,
+    backend: BackendName,
+) -> Plan | None:
+    """``plan`` (the parts' merged plans, which together overfill the inventory of the
+    (region, accelerator) pairs ``keys``) re-solved near those regions, across models.
+
+    One model of the regions of ``keys`` and the ``REPAIR_NEIGHBOURS`` regions most linked
+    to them: every model's blocks there, zonal, with every inventory row of those regions;
+    the demands that may use them, each with what ``plan`` routes elsewhere held (so it
+    serves exactly as much as before); the rest of the plan kept. Load can so move out of
+    an overfilled region to a neighbour, or onto another accelerator, without overfilling
+    the neighbour. Solved as a large part is: its linear relaxation, then the MIP on the
+    blocks the relaxation opens and those ``plan`` uses (``relaxed_plan``'s restriction),
+    then, if that finds nothing, the whole MIP; if still nothing, once more with twice as
+    many neighbours. Used where joining the parts would make one too large to solve again
+    (solver.py): the parts' proven bounds stay valid, since the parts relax only the shared
+    inventory. None when no exact plan is found by ``deadline``.
+    """
+    problem = instance.problem
+    failing = frozenset(r for r, _a in keys)
+    all_cells = {c for part in instance.parts() for c in part.cells}
+    neighbours = REPAIR_NEIGHBOURS
+    for _attempt in range(2):
+        regions = failing | _most_linked(instance, failing, neighbours)
+        neighbours *= 2
+        demands = [
+            di
+            for di in range(len(instance.demands))
+            if any(instance.routes[ri].region in regions for ri in instance.routes_of[di])
+        ]
+        sub = PlacementModel(
+            instance,
+            Part(
+                cells=tuple(sorted(c for c in all_cells if c[0] in regions)), demands=tuple(demands)
+            ),
+            coupled={
+                (r, site.shape.accelerator) for (r, _s), site in places.items() if r in regions
+            },
+            places=places,
+            served_elsewhere=_held_elsewhere(instance, plan, demands, regions),
+            include_hosted=False,
+        )
+        piece = _repair_piece(
+            sub, plan, deadline=deadline, workers=workers, seed=seed, backend=backend
+        )
+        if piece is None:
+            continue
+        candidate = Plan(
+            replicas={
+                key: n
+                for key, n in plan.replicas.items()
+                if problem.region_of_zone(key[0]) not in regions
+            }
+            | piece.replicas,
+            share={
+                ri: x for ri, x in plan.share.items() if instance.routes[ri].region not in regions
+            }
+            | piece.share,
+            hosted=dict(plan.hosted),
+        )
+        if not plan_violations(instance, candidate):
+            return candidate
+    return None
+
+
+def _repair_piece(
+    sub: PlacementModel,
+    plan: Plan,
+    *,
+    deadline: float,
+    workers: int,
+    seed: int,
+    backend: BackendName,
+) -> Plan | None:
+    """The repair model's plan: relaxation, restricted MIP, whole MIP (``inventory_repair``)."""
+    cost = sub.cost_objective()
+    left = deadline - time.perf_counter()
+    if left <= 0.05:
+        return None
+    _, relaxed = relaxation(
+        sub,
+        cost,
+        time_limit_s=left * REPAIR_RELAXATION_SHARE,
+        workers=workers,
+        seed=seed,
+        backend=backend,
+    )
+    hint = sub.values_from_plan(plan)
+    if relaxed is not None:
+        restricted = make_backend(sub.lm, backend, workers=workers, seed=seed)
+        _restrict_to_opened(sub, restricted, relaxed, plan)
+        outcome = restricted.solve(
+            cost, maximize=False, time_limit_s=(deadline - time.perf_counter()) / 2, hint=hint
+        )
+        piece = _exact(sub, outcome.values)
+        if piece is not None:
+            return piece
+    _, piece = _solve_served(
+        sub,
+        time_limit_s=deadline - time.perf_counter(),
+        workers=workers,
+        seed=seed,
+        backend=backend,
+        hint=plan,
+    )
+    return piece
+
+
+def _exact(model: PlacementModel, values: Sequence[float] | None) -> Plan | None:
+    """The plan of a solver's ``values``, if it splits over zones and is exact."""
+    if values is None:
+        return None
+    try:
+        plan = model.plan_from_values(values)
+    except SplitFailed:
+        return None
+    return None if plan_violations(model.instance, plan) else plan
+
+
+def _most_linked(instance: Instance, regions: frozenset[str], count: int) -> frozenset[str]:
+    """The ``count`` regions outside ``regions`` that most demands able to use ``regions``
+    may also use."""
+    links: dict[str, int] = defaultdict(int)
+    for di in range(len(instance.demands)):
+        where = {instance.routes[ri].region for ri in instance.routes_of[di]}
+        if where & regions:
+            for r in where - regions:
+                links[r] += 1
+    ranked = sorted(links.items(), key=lambda kv: (-kv[1], kv[0]))
+    return frozenset(r for r, _n in ranked[:count])

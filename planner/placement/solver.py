@@ -36,6 +36,7 @@ from planner.placement.decompose import (
     bound_rows,
     captive_bounds,
     home_plan,
+    inventory_repair,
     relaxation,
     relaxed_plan,
     repair_plan,
@@ -85,6 +86,15 @@ CAPTIVE_SHARE: Final = 0.1
 # relaxation opens gets RELAXED_SHARE and then the neighbourhood search SEARCH_SHARE of what
 # is then left (decompose.py).
 LARGE_PART_ROUTES: Final = 3000
+# A part with more routes than this is huge: its full MIP is not tried (HiGHS spends such a
+# part's whole time in root cut rounds); after the home start and the relaxation, the MIP on
+# the blocks the relaxation opens gets HUGE_RELAXED_SHARE of the time left, then the search.
+# Its captive-region bounds are not computed: its relaxation bounds it better, sooner.
+HUGE_PART_ROUTES: Final = 40_000
+HUGE_RELAXED_SHARE: Final = 0.8
+# A problem with a huge part keeps this share of its time for repairing the merged plan
+# where the parts together overfill an inventory (``decompose.inventory_repair``).
+HUGE_REPAIR_SHARE: Final = 0.2
 HOME_SHARE: Final = 0.1
 RELAXATION_SHARE: Final = 0.2
 LARGE_COST_SHARE: Final = 0.6
@@ -242,22 +252,29 @@ class _Stages:
             return self.plan
         all_served = self._unserved_stages()
         cost = m.cost_objective()
-        captive = self._prepare_cost() if all_served else 0.0
+        large = all_served and len(m.route_ids) > LARGE_PART_ROUTES
+        huge = large and len(m.route_ids) > HUGE_PART_ROUTES
+        captive = self._prepare_cost() if all_served and not huge else 0.0
         if all_served and self._floors:
             captive = max(captive, self._add_floors())
         if all_served and self._hint is not None:
             self._hinted_start(cost)
-        large = all_served and len(m.route_ids) > LARGE_PART_ROUTES
         if large:
             self._home_start(cost)
             self._relax(cost)
-        outcome = self._run(
-            "cost", cost, maximize=False, share=LARGE_COST_SHARE if large else COST_SHARE
-        )
-        best = self._accept(outcome, cost, maximize=False)
-        if large and not self.progress.proven:
-            self._relaxed_start(cost)
+        outcome: Outcome | None = None
+        if huge:
+            self.progress.proven = False
+            self._relaxed_start(cost, share=HUGE_RELAXED_SHARE)
             best = self._search(cost)
+        else:
+            outcome = self._run(
+                "cost", cost, maximize=False, share=LARGE_COST_SHARE if large else COST_SHARE
+            )
+            best = self._accept(outcome, cost, maximize=False)
+            if large and not self.progress.proven:
+                self._relaxed_start(cost)
+                best = self._search(cost)
         self.progress.cost = best
         # The proven lower bound on cost: the captive bounds or the relaxation's optimum,
         # whichever is higher, where no solve proved more.
@@ -400,9 +417,9 @@ class _Stages:
         )
         self.progress.stage_seconds["relaxation"] = time.perf_counter() - t0
 
-    def _relaxed_start(self, cost: Mapping[int, float]) -> None:
-        """After an unfinished full solve: the MIP on the blocks the relaxation opens
-        (``decompose.relaxed_plan``), when cheaper."""
+    def _relaxed_start(self, cost: Mapping[int, float], *, share: float = RELAXED_SHARE) -> None:
+        """After an unfinished full solve (or instead of it, for a huge part): the MIP on
+        the blocks the relaxation opens (``decompose.relaxed_plan``), when cheaper."""
         if self._relaxed is None:
             return
         t0 = time.perf_counter()
@@ -411,7 +428,7 @@ class _Stages:
             self.plan,
             cost,
             self._relaxed,
-            deadline=t0 + self._time_left() * RELAXED_SHARE,
+            deadline=t0 + self._time_left() * share,
             workers=self._workers,
             seed=self._seed,
             backend=self._backend_name,
@@ -919,6 +936,55 @@ def _likely_coupled(
     }
 
 
+def _too_large_to_join(instance: Instance, coupled: set[tuple[str, str]]) -> bool:
+    """Whether coupling ``coupled`` would join parts into one too large to solve again in
+    the time (over ``HUGE_PART_ROUTES`` routes); then the merged plan is repaired instead."""
+    return any(_size(part, instance) > HUGE_PART_ROUTES for part in instance.parts(coupled))
+
+
+def _repair(
+    instance: Instance,
+    places: Mapping[tuple[str, str], Site],
+    merged: Plan,
+    coupled: set[tuple[str, str]],
+    *,
+    deadline: float,
+    workers: int,
+    seed: int,
+    backend: BackendName,
+) -> Plan | None:
+    """The merged plan re-solved where it overfills the inventory (``inventory_repair``),
+    again as the re-split finds more pairs that do not fit; None if that does not succeed."""
+    keys = set(coupled)
+    plan = merged
+    with _IN_PROCESS:
+        while time.perf_counter() < deadline:
+            candidate = inventory_repair(
+                instance,
+                places,
+                plan,
+                keys,
+                deadline=deadline,
+                workers=workers,
+                seed=seed,
+                backend=backend,
+            )
+            if candidate is None:
+                return None
+            zonal_blocks = {
+                (r, s) for (r, s) in places if (r, places[(r, s)].shape.accelerator) in keys
+            }
+            zonal_blocks |= {(instance.problem.region_of_zone(z), s) for z, s in instance.previous}
+            try:
+                return resplit(instance, places, candidate, zonal_blocks)
+            except SplitFailed as failure:
+                if failure.keys <= keys:
+                    return None
+                keys |= failure.keys
+                plan = candidate
+    return None
+
+
 def _fallback(instance: Instance, start: Plan) -> _Progress:
     """Progress for returning the constructive start: nothing proven, no bound known."""
     cost = plan_rank(instance, start, range(len(instance.demands)))[-3]
@@ -964,6 +1030,11 @@ def solve_instance(
     # cost bounds their parts proved (floors for the parts they join).
     hint: Plan | None = None
     floors: dict[frozenset[tuple[str, str]], float] = {}
+    repaired = False
+    # Parts too large to join again leave time for repairing their merged plan.
+    parts_deadline = deadline
+    if _too_large_to_join(instance, coupled):
+        parts_deadline -= HUGE_REPAIR_SHARE * (deadline - time.perf_counter())
     while True:
         parts = instance.parts(coupled)
         todo = [p for p in parts if p.cells not in solved]
@@ -976,7 +1047,7 @@ def solve_instance(
                     start,
                     places,
                     coupled,
-                    deadline=deadline,
+                    deadline=parts_deadline,
                     workers=workers,
                     seed=seed,
                     backend=backend,
@@ -1006,6 +1077,21 @@ def solve_instance(
         except SplitFailed as failure:
             if failure.keys <= coupled or time.perf_counter() >= deadline:
                 return start, _fallback(instance, start)
+            if merged is not None and _too_large_to_join(instance, coupled | failure.keys):
+                fixed = _repair(
+                    instance,
+                    places,
+                    merged,
+                    coupled | failure.keys,
+                    deadline=deadline,
+                    workers=workers,
+                    seed=seed,
+                    backend=backend,
+                )
+                if fixed is None:
+                    return start, _fallback(instance, start)
+                final, repaired = fixed, True
+                break
             coupled |= failure.keys
             if merged is not None:
                 hint = merged
@@ -1028,6 +1114,13 @@ def solve_instance(
     if plan_violations(instance, final):  # a defect, not an input problem: stay safe
         return start, _fallback(instance, start)
     total = _Progress()
+    if repaired:
+        # The repair changes the cost and proves nothing; the parts' bounds stay bounds.
+        everyone = range(len(instance.demands))
+        total.proven = False
+        total.cost = (
+            plan_rank(instance, final, everyone)[-3] - plan_rank(instance, merged, everyone)[-3]
+        )
     for part in parts:
         p = solved[part.cells][1]
         total.proven = total.proven and p.proven

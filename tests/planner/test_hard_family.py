@@ -139,3 +139,41 @@ def test_shared_inventory_reaches_the_reference_optimum(
     expected = reference_plan(problem).cost_per_hour
     assert solution["cost_per_hour"] == pytest.approx(expected, rel=1e-9)
     assert solution["status"] == "optimal"
+
+
+def test_parts_too_large_to_join_are_repaired_where_they_overfill(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As on a fleet whose parts are too large to solve again joined (10,000 × 50): the
+    # uncoupled plans overfill r's g80 GPUs, and the merged plan is re-solved in r across
+    # both models with the inventory rows, the rest held.
+    monkeypatch.setattr(solver_module, "COUPLING_CHECK_ROUTES", 0)
+    monkeypatch.setattr(solver_module, "HUGE_PART_ROUTES", 0)
+    problem = _shared_inventory_problem()
+    instance = Instance.build(parse_problem(problem))
+    assert solver_module._too_large_to_join(instance, {("r", "g80")})
+    solution = solve(problem, time_limit_s=30, workers=2)
+    assert verify(problem, solution) == []
+    assert solution["unserved_requests_per_s"] == 0
+    g80 = sum(row["replicas"] * 2 for row in solution["replicas"] if row["shape"].endswith("g80x2"))
+    assert g80 <= 16
+    # Here the repair's region is the whole fleet: it finds the optimum. It proves nothing
+    # itself: the status says so, and the gap is against the parts' own bounds.
+    reference = reference_plan(problem)
+    assert solution["cost_per_hour"] == pytest.approx(reference.cost_per_hour, rel=1e-9)
+    assert solution["status"] == "feasible"
+    bound = solution["cost_per_hour"] * (1 - solution["gap"])
+    assert 0 < bound <= reference.cost_per_hour + 1e-9
+
+
+def test_an_overfill_the_repair_cannot_fit_returns_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(solver_module, "COUPLING_CHECK_ROUTES", 0)
+    monkeypatch.setattr(solver_module, "HUGE_PART_ROUTES", 0)
+    monkeypatch.setattr(solver_module, "inventory_repair", lambda *args, **kwargs: None)
+    problem = _shared_inventory_problem()
+    solution = solve(problem, time_limit_s=30, workers=2)
+    assert verify(problem, solution) == []
+    assert solution["status"] == "feasible"
+    assert solution["gap"] == 1.0

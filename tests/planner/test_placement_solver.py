@@ -23,6 +23,7 @@ from planner.placement.decompose import home_plan, relaxation, relaxed_plan, sea
 from planner.placement.explain import explain
 from planner.placement.generator import generate_problem
 from planner.placement.model import Instance, PlacementModel, plan_violations, sites
+from planner.placement.reference import reference_plan
 from planner.placement.solver import _restrict, start_plan
 from planner.placement.verify import verify
 
@@ -660,6 +661,32 @@ def test_large_part_path_returns_a_verified_plan(monkeypatch: pytest.MonkeyPatch
     solution = solved(problem, time_limit_s=20)
     assert solution["unserved"] == []
     assert solution["status"] == "feasible"
+
+
+def test_huge_part_path_skips_the_full_solve_and_stays_near_the_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every part counts as huge: no full MIP, no captive bounds; the relaxation bounds it
+    # and the MIP on the blocks the relaxation opens finds the plan.
+    monkeypatch.setattr(solver_module, "LARGE_PART_ROUTES", 0)
+    monkeypatch.setattr(solver_module, "HUGE_PART_ROUTES", 0)
+    runs: list[str] = []
+    real_run = solver_module._Stages._run
+
+    def recording_run(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        runs.append(name)
+        return real_run(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(solver_module._Stages, "_run", recording_run)
+    problem = generate_problem(tenants=40, regions=12, zones_per_region=3, gpu_types=2, seed=7)
+    solution = solved(problem, time_limit_s=30)
+    assert "cost" not in runs
+    assert solution["unserved"] == []
+    assert solution["status"] == "feasible"
+    reference = reference_plan(problem, time_limit_s=30)
+    bound = solution["cost_per_hour"] * (1 - solution["gap"])
+    assert 0 < bound <= reference.cost_per_hour * (1 + 1e-6)
+    assert solution["cost_per_hour"] <= reference.cost_per_hour * 1.05
 
 
 def test_shares_that_add_up_to_one_within_float_noise_leave_nothing_unserved() -> None:
