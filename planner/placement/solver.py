@@ -92,6 +92,9 @@ LARGE_PART_ROUTES: Final = 3000
 # Its captive-region bounds are not computed: its relaxation bounds it better, sooner.
 HUGE_PART_ROUTES: Final = 40_000
 HUGE_RELAXED_SHARE: Final = 0.8
+# A huge part's relaxation is its bound and its guide: it may take this share (not
+# RELAXATION_SHARE) of the time left; it stops when solved.
+HUGE_RELAXATION_SHARE: Final = 0.5
 # A problem with a huge part keeps this share of its time for repairing the merged plan
 # where the parts together overfill an inventory (``decompose.inventory_repair``).
 HUGE_REPAIR_SHARE: Final = 0.2
@@ -261,7 +264,7 @@ class _Stages:
             self._hinted_start(cost)
         if large:
             self._home_start(cost)
-            self._relax(cost)
+            self._relax(cost, share=HUGE_RELAXATION_SHARE if huge else RELAXATION_SHARE)
         outcome: Outcome | None = None
         if huge:
             self.progress.proven = False
@@ -404,13 +407,13 @@ class _Stages:
             self.plan = home
         self.progress.stage_seconds["home"] = time.perf_counter() - t0
 
-    def _relax(self, cost: Mapping[int, float]) -> None:
+    def _relax(self, cost: Mapping[int, float], *, share: float) -> None:
         """A large part's linear relaxation: a cost bound, and where to look later."""
         t0 = time.perf_counter()
         self._relaxed_bound, self._relaxed = relaxation(
             self.model,
             cost,
-            time_limit_s=self._time_left() * RELAXATION_SHARE,
+            time_limit_s=self._time_left() * share,
             workers=self._workers,
             seed=self._seed,
             backend=self._backend_name,
