@@ -22,7 +22,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from planner.placement.linear import Backend, BackendName, make_backend
+from planner.placement.linear import OPTIMALITY_GAP, Backend, BackendName, make_backend
 from planner.placement.model import (
     Instance,
     Part,
@@ -221,6 +221,7 @@ def relaxed_plan(
     workers: int,
     seed: int,
     backend: BackendName,
+    gap: float = OPTIMALITY_GAP,
 ) -> Plan | None:
     """A plan from the part's linear relaxation (``relaxed``, values of ``relaxation``): the
     MIP on the blocks it opens, and those ``plan`` uses (so ``plan`` stays a feasible hint).
@@ -237,6 +238,7 @@ def relaxed_plan(
         maximize=False,
         time_limit_s=deadline - time.perf_counter(),
         hint=model.values_from_plan(plan),
+        gap=gap,
     )
     if outcome.values is None:
         return None

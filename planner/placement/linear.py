@@ -103,6 +103,7 @@ class Backend(Protocol):
         maximize: bool,
         time_limit_s: float,
         hint: Mapping[int, float] | None,
+        gap: float = OPTIMALITY_GAP,
     ) -> Outcome: ...
 
 
@@ -155,12 +156,14 @@ class MathOptBackend:
         self._vars[var].lower_bound = float(value)
         self._vars[var].upper_bound = float(value)
 
-    def _params(self, time_limit_s: float, *, tight: bool = True) -> mathopt.SolveParameters:
+    def _params(
+        self, time_limit_s: float, *, tight: bool = True, gap: float = OPTIMALITY_GAP
+    ) -> mathopt.SolveParameters:
         params = mathopt.SolveParameters(
             time_limit=datetime.timedelta(seconds=max(0.01, time_limit_s)),
             enable_output=False,
             random_seed=self._seed,
-            relative_gap_tolerance=OPTIMALITY_GAP,
+            relative_gap_tolerance=gap,
             absolute_gap_tolerance=1e-9,
         )
         if self._solver == mathopt.SolverType.HIGHS:
@@ -185,6 +188,7 @@ class MathOptBackend:
         maximize: bool,
         time_limit_s: float,
         hint: Mapping[int, float] | None,
+        gap: float = OPTIMALITY_GAP,
     ) -> Outcome:
         m = self._model
         m.objective.clear()
@@ -207,7 +211,10 @@ class MathOptBackend:
         time_limit_s = max(0.01, time_limit_s - overhead)
         try:
             result = mathopt.solve(
-                m, self._solver, params=self._params(time_limit_s), model_params=model_params
+                m,
+                self._solver,
+                params=self._params(time_limit_s, gap=gap),
+                model_params=model_params,
             )
         except Exception:
             # HiGHS can refuse its own answer at so tight a tolerance ("claims optimality,
@@ -219,7 +226,7 @@ class MathOptBackend:
                 result = mathopt.solve(
                     m,
                     self._solver,
-                    params=self._params(left, tight=False),
+                    params=self._params(left, tight=False, gap=gap),
                     model_params=model_params,
                 )
             except Exception:
@@ -338,6 +345,7 @@ class CpSatBackend:
         maximize: bool,
         time_limit_s: float,
         hint: Mapping[int, float] | None,
+        gap: float = OPTIMALITY_GAP,
     ) -> Outcome:
         expr = sum((coef / self._scale[var]) * self._vars[var] for var, coef in objective.items())
         if maximize:
@@ -352,7 +360,7 @@ class CpSatBackend:
         solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
         solver.parameters.num_workers = self._workers
         solver.parameters.random_seed = self._seed
-        solver.parameters.relative_gap_limit = OPTIMALITY_GAP
+        solver.parameters.relative_gap_limit = gap
         started = time.perf_counter()
         status = solver.solve(self._model)
         seconds = time.perf_counter() - started

@@ -42,7 +42,7 @@ from planner.placement.decompose import (
     repair_plan,
     search,
 )
-from planner.placement.linear import Backend, BackendName, Outcome, make_backend
+from planner.placement.linear import OPTIMALITY_GAP, Backend, BackendName, Outcome, make_backend
 from planner.placement.model import (
     ROW_TOLERANCE,
     Instance,
@@ -92,6 +92,9 @@ LARGE_PART_ROUTES: Final = 3000
 # Its captive-region bounds are not computed: its relaxation bounds it better, sooner.
 HUGE_PART_ROUTES: Final = 40_000
 HUGE_RELAXED_SHARE: Final = 0.8
+# It stops once within this of its own bound: sooner, and by the same plan however loaded
+# the machine is, where the clock would stop it at a plan that depends on the load.
+HUGE_RELAXED_GAP: Final = 0.002
 # A huge part's relaxation is its bound and its guide: it may take this share (not
 # RELAXATION_SHARE) of the time left; it stops when solved.
 HUGE_RELAXATION_SHARE: Final = 0.5
@@ -268,7 +271,7 @@ class _Stages:
         outcome: Outcome | None = None
         if huge:
             self.progress.proven = False
-            self._relaxed_start(cost, share=HUGE_RELAXED_SHARE)
+            self._relaxed_start(cost, share=HUGE_RELAXED_SHARE, gap=HUGE_RELAXED_GAP)
             best = self._search(cost)
         else:
             outcome = self._run(
@@ -420,7 +423,13 @@ class _Stages:
         )
         self.progress.stage_seconds["relaxation"] = time.perf_counter() - t0
 
-    def _relaxed_start(self, cost: Mapping[int, float], *, share: float = RELAXED_SHARE) -> None:
+    def _relaxed_start(
+        self,
+        cost: Mapping[int, float],
+        *,
+        share: float = RELAXED_SHARE,
+        gap: float = OPTIMALITY_GAP,
+    ) -> None:
         """After an unfinished full solve (or instead of it, for a huge part): the MIP on
         the blocks the relaxation opens (``decompose.relaxed_plan``), when cheaper."""
         if self._relaxed is None:
@@ -432,6 +441,7 @@ class _Stages:
             cost,
             self._relaxed,
             deadline=t0 + self._time_left() * share,
+            gap=gap,
             workers=self._workers,
             seed=self._seed,
             backend=self._backend_name,
