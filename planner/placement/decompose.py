@@ -314,7 +314,6 @@ def search(
     everyone served; a candidate must be exact, cheaper and pass ``accept``.
     """
     instance = model.instance
-    problem = instance.problem
     hoods = neighbourhoods(model)
     if len(hoods) < 2:
         return plan
@@ -363,19 +362,7 @@ def search(
             stale += 1
             if piece is None:
                 continue
-            candidate = Plan(
-                replicas={
-                    key: n
-                    for key, n in plan.replicas.items()
-                    if problem.region_of_zone(key[0]) not in hood
-                }
-                | piece.replicas,
-                share={
-                    ri: x for ri, x in plan.share.items() if instance.routes[ri].region not in hood
-                }
-                | piece.share,
-                hosted=dict(plan.hosted),
-            )
+            candidate = _splice(instance, plan, piece, hood)
             value = model.objective_value(objective, candidate)
             if (
                 value < best - 1e-9 * max(1.0, abs(best))
@@ -384,6 +371,22 @@ def search(
             ):
                 plan, best, stale = candidate, value, 0
     return plan
+
+
+def _splice(instance: Instance, plan: Plan, piece: Plan, regions: frozenset[str]) -> Plan:
+    """``plan`` with its replicas and routes in ``regions`` replaced by ``piece``'s."""
+    problem = instance.problem
+    return Plan(
+        replicas={
+            key: n
+            for key, n in plan.replicas.items()
+            if problem.region_of_zone(key[0]) not in regions
+        }
+        | piece.replicas,
+        share={ri: x for ri, x in plan.share.items() if instance.routes[ri].region not in regions}
+        | piece.share,
+        hosted=dict(plan.hosted),
+    )
 
 
 def bound_rows(
@@ -487,7 +490,6 @@ def inventory_repair(
     (solver.py): the parts' proven bounds stay valid, since the parts relax only the shared
     inventory. None when no exact plan is found by ``deadline``.
     """
-    problem = instance.problem
     failing = frozenset(r for r, _a in keys)
     all_cells = {c for part in instance.parts() for c in part.cells}
     neighbours = REPAIR_NEIGHBOURS
@@ -516,19 +518,7 @@ def inventory_repair(
         )
         if piece is None:
             continue
-        candidate = Plan(
-            replicas={
-                key: n
-                for key, n in plan.replicas.items()
-                if problem.region_of_zone(key[0]) not in regions
-            }
-            | piece.replicas,
-            share={
-                ri: x for ri, x in plan.share.items() if instance.routes[ri].region not in regions
-            }
-            | piece.share,
-            hosted=dict(plan.hosted),
-        )
+        candidate = _splice(instance, plan, piece, regions)
         if not plan_violations(instance, candidate):
             return candidate
     return None
