@@ -18,10 +18,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, Literal
 
 from planner.capacity.sizing import DEFAULT_TARGET_UTILIZATION as DEFAULT_TARGET_UTILIZATION
 from planner.errors import PlannerInputError
+from planner.placement import checks
 
 # The problem and solution formats: docs/placement-format.md.
 PROBLEM_FORMAT: Final = "placement-problem/v1"
@@ -367,21 +368,15 @@ def _fail(path: str, message: str) -> ProblemInvalid:
 
 
 def _mapping(value: object, path: str) -> Mapping[str, object]:
-    if not isinstance(value, Mapping):
-        raise _fail(path, f"must be an object, got {type(value).__name__}")
-    return cast(Mapping[str, object], value)
+    return checks.mapping(value, path, ProblemInvalid)
 
 
 def _list(value: object, path: str) -> Sequence[object]:
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        raise _fail(path, f"must be a list, got {type(value).__name__}")
-    return value
+    return checks.sequence(value, path, ProblemInvalid)
 
 
 def _required(row: Mapping[str, object], key: str, path: str) -> object:
-    if key not in row or row[key] is None:
-        raise _fail(f"{path}.{key}" if path else key, "is required")
-    return row[key]
+    return checks.required(row, key, path, ProblemInvalid)
 
 
 def _name(value: object, path: str) -> str:

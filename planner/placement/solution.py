@@ -17,9 +17,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, Literal
 
 from planner.errors import PlannerInputError
+from planner.placement import checks
 from planner.placement.problem import SOLUTION_FORMAT
 
 Status = Literal["optimal", "feasible", "invalid"]
@@ -164,21 +165,15 @@ def _fail(path: str, message: str) -> SolutionInvalid:
 
 
 def _mapping(value: object, path: str) -> Mapping[str, object]:
-    if not isinstance(value, Mapping):
-        raise _fail(path, f"must be an object, got {type(value).__name__}")
-    return cast(Mapping[str, object], value)
+    return checks.mapping(value, path, SolutionInvalid)
 
 
 def _list(value: object, path: str) -> Sequence[object]:
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        raise _fail(path, f"must be a list, got {type(value).__name__}")
-    return value
+    return checks.sequence(value, path, SolutionInvalid)
 
 
 def _required(row: Mapping[str, object], key: str, path: str) -> object:
-    if key not in row or row[key] is None:
-        raise _fail(f"{path}.{key}" if path else key, "is required")
-    return row[key]
+    return checks.required(row, key, path, SolutionInvalid)
 
 
 def _text(value: object, path: str) -> str:
