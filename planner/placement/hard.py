@@ -28,11 +28,11 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
 from planner.capacity.memory import GB, MIB, kv_pool_bytes, shape_fits
 from planner.errors import PlannerInputError
+from planner.placement.generator import AcceleratorClass, ModelClass
 from planner.placement.problem import DEFAULT_TARGET_UTILIZATION, PROBLEM_FORMAT
 
 HARD_SEEDS: tuple[int, ...] = (1, 2, 3, 4, 5)
@@ -51,35 +51,17 @@ TENSOR_PARALLEL_EFFICIENCY = 0.92
 SHAPE_EFFICIENCY = (0.8, 1.2)
 
 
-@dataclass(frozen=True)
-class _Accelerator:
-    name: str
-    memory_gb: int
-    price_per_gpu_hour: float
-    dense_tflops: float
-    bandwidth_tb_s: float
-
-
-@dataclass(frozen=True)
-class _Model:
-    name: str
-    parameters_b: float
-    active_parameters_b: float
-    kv_mib_per_token: float
-    popularity: float
-
-
 # Prices roughly follow throughput, so no class dominates every model.
-_ACCELERATORS: tuple[_Accelerator, ...] = (
-    _Accelerator("h100", 80, 2.90, 989.0, 3.35),
-    _Accelerator("h200", 141, 3.70, 989.0, 4.8),
-    _Accelerator("b200", 192, 6.20, 2250.0, 8.0),
+_ACCELERATORS: tuple[AcceleratorClass, ...] = (
+    AcceleratorClass("h100", 80, 2.90, 989.0, 3.35),
+    AcceleratorClass("h200", 141, 3.70, 989.0, 4.8),
+    AcceleratorClass("b200", 192, 6.20, 2250.0, 8.0),
 )
-_MODELS: tuple[_Model, ...] = (
-    _Model("llama-8b", 8.0, 8.0, 0.125, 0.35),
-    _Model("qwen-32b", 32.0, 32.0, 0.25, 0.25),
-    _Model("llama-70b", 70.0, 70.0, 0.3125, 0.25),
-    _Model("mixtral-8x22b", 141.0, 39.0, 0.22, 0.15),
+_MODELS: tuple[ModelClass, ...] = (
+    ModelClass("llama-8b", 8.0, 8.0, 2.0, 0.125, 0.35),
+    ModelClass("qwen-32b", 32.0, 32.0, 2.0, 0.25, 0.25),
+    ModelClass("llama-70b", 70.0, 70.0, 2.0, 0.3125, 0.25),
+    ModelClass("mixtral-8x22b", 141.0, 39.0, 2.0, 0.22, 0.15),
 )
 # Geographies and their regions' price levels; rtt across geographies is too far to spill.
 _GEOS: tuple[tuple[str, float], ...] = (("us", 1.0), ("eu", 1.08), ("ap", 1.15))
@@ -102,9 +84,11 @@ SPILL_SHARE = 0.7
 INVENTORY_FACTOR = 2.0
 
 
-def _shapes(rng: random.Random, model: _Model, accelerator: _Accelerator) -> list[dict[str, Any]]:
+def _shapes(
+    rng: random.Random, model: ModelClass, accelerator: AcceleratorClass
+) -> list[dict[str, Any]]:
     """Two shapes of ``model`` on ``accelerator``: the smallest useful GPU count and twice it."""
-    weights = model.parameters_b * 1e9 * 2.0
+    weights = model.parameters_b * 1e9 * model.bytes_per_parameter
     memory = accelerator.memory_gb * GB
     kv_per_token = model.kv_mib_per_token * MIB
     smallest = next(
@@ -235,7 +219,7 @@ def generate_hard_problem(
         resident = rng.random() < RESIDENT_SHARE
         spill = rng.random() < SPILL_SHARE
         count = rng.choices(_MODELS_PER_TENANT, weights=_MODELS_PER_TENANT_WEIGHTS)[0]
-        chosen: list[_Model] = []
+        chosen: list[ModelClass] = []
         while len(chosen) < count:
             model = rng.choices(_MODELS, weights=popularity)[0]
             if model not in chosen:
