@@ -183,7 +183,7 @@ def optimal_commitment(
 def _optimal_level(counts: IntArray, reserved: float, on_demand: float) -> int:
     hours = int(counts.size)
     # N(k) > T·r/o  ⇔  N(k) ≥ ⌊T·r/o⌋ + 1 = m, since N(k) is a whole number.
-    m = math.floor(hours * Fraction(reserved) / Fraction(on_demand)) + 1
+    m = math.floor(hours * _as_written(reserved) / _as_written(on_demand)) + 1
     if m > hours:
         return 0
     # The m-th largest count: every k up to it is needed in at least m hours.
@@ -247,6 +247,12 @@ def _spot_rate(spot_price: float | None, on_demand: float) -> float:
     return min(_checks.non_negative("spot_price", spot_price), on_demand)
 
 
+def _as_written(price: float) -> Fraction:
+    """A price as the decimal it was written as (0.01 is 1/100, not the float nearest it), so
+    that a tie in dollars stays a tie."""
+    return Fraction(repr(float(price)))
+
+
 def optimal_mix(
     gpus_needed: npt.ArrayLike,
     interruptible: npt.ArrayLike | None,
@@ -286,7 +292,7 @@ def optimal_mix(
         return 0
     firm = np.sort(total - spare)
     every = np.sort(total)
-    r, o, sp = Fraction(reserved), Fraction(on_demand), Fraction(spot)
+    r, o, sp = _as_written(reserved), _as_written(on_demand), _as_written(spot)
     fee = r * hours
 
     def saves(k: int) -> bool:
