@@ -18,6 +18,7 @@ served in one region. Three uses of that, each measured (docs/placement.md):
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -34,6 +35,8 @@ from planner.placement.model import (
 )
 from planner.placement.start import constructive_plan
 
+_log = logging.getLogger(__name__)
+
 # A block the relaxation gives more replicas than this is open in the restricted MIP.
 OPEN_IN_RELAXATION = 1e-6
 # An inventory repair also re-solves this many regions linked to the failing ones, so load
@@ -41,6 +44,11 @@ OPEN_IN_RELAXATION = 1e-6
 # relaxation may take this share of its time.
 REPAIR_NEIGHBOURS = 4
 REPAIR_RELAXATION_SHARE = 0.3
+# The repair's MIPs stop at this relative gap or after this many nodes, whichever comes
+# first, rather than at the clock: the same merged plan is then repaired to the same plan
+# wherever the parts were solved, and sooner (docs/placement.md, "Parts too large to join").
+REPAIR_GAP = 0.002
+REPAIR_NODES = 1000
 
 
 def _sub_model(
@@ -69,6 +77,8 @@ def _solve_served(
     seed: int,
     backend: BackendName,
     hint: Plan | None = None,
+    gap: float = OPTIMALITY_GAP,
+    node_limit: int | None = None,
 ) -> tuple[float | None, Plan | None]:
     """Least cost serving every demand of ``sub``: (proven lower bound, best exact plan)."""
     solver = make_backend(sub.lm, backend, workers=workers, seed=seed)
@@ -79,6 +89,8 @@ def _solve_served(
         maximize=False,
         time_limit_s=time_limit_s,
         hint=None if hint is None else sub.values_from_plan(hint),
+        gap=gap,
+        node_limit=node_limit,
     )
     bound = outcome.objective if outcome.proven_optimal else outcome.bound
     plan: Plan | None = None
@@ -140,11 +152,14 @@ def home_plan(
     workers: int,
     seed: int,
     backend: BackendName,
+    gap: float = OPTIMALITY_GAP,
+    node_limit: int | None = None,
 ) -> Plan | None:
     """Every demand served in one region (home if it may, else its first), region by region.
 
-    A region whose MIP finds nothing in its time takes the constructive plan of the same
-    demands there. None if some region cannot serve its demands in full.
+    Each region's MIP stops at its share of the time, at ``gap`` or after ``node_limit``
+    nodes. A region whose MIP finds nothing in its time takes the constructive plan of the
+    same demands there. None if some region cannot serve its demands in full.
     """
     instance = model.instance
     if model.h:
@@ -168,6 +183,8 @@ def home_plan(
                 workers=workers,
                 seed=seed,
                 backend=backend,
+                gap=gap,
+                node_limit=node_limit,
             )
         if plan is None:
             plan = constructive_plan(
@@ -364,6 +381,13 @@ def search(
                 continue
             candidate = _splice(instance, plan, piece, hood)
             value = model.objective_value(objective, candidate)
+            _log.debug(
+                "search step on %s: %d routes, cost %.4f against %.4f",
+                ",".join(sorted(hood)),
+                len(sub.route_ids),
+                value,
+                best,
+            )
             if (
                 value < best - 1e-9 * max(1.0, abs(best))
                 and not plan_violations(instance, candidate)
@@ -519,6 +543,13 @@ def inventory_repair(
         if piece is None:
             continue
         candidate = _splice(instance, plan, piece, regions)
+        _log.debug(
+            "inventory repair of %s with %d neighbours: %d routes, %s",
+            ",".join(sorted(failing)),
+            len(regions) - len(failing),
+            len(sub.route_ids),
+            "exact" if not plan_violations(instance, candidate) else "not exact",
+        )
         if not plan_violations(instance, candidate):
             return candidate
     return None
@@ -551,7 +582,12 @@ def _repair_piece(
         restricted = make_backend(sub.lm, backend, workers=workers, seed=seed)
         _restrict_to_opened(sub, restricted, relaxed, plan)
         outcome = restricted.solve(
-            cost, maximize=False, time_limit_s=(deadline - time.perf_counter()) / 2, hint=hint
+            cost,
+            maximize=False,
+            time_limit_s=(deadline - time.perf_counter()) / 2,
+            hint=hint,
+            gap=REPAIR_GAP,
+            node_limit=REPAIR_NODES,
         )
         piece = _exact(sub, outcome.values)
         if piece is not None:
@@ -563,6 +599,8 @@ def _repair_piece(
         seed=seed,
         backend=backend,
         hint=plan,
+        gap=REPAIR_GAP,
+        node_limit=REPAIR_NODES,
     )
     return piece
 

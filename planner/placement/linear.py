@@ -11,6 +11,7 @@ continuous variables and coefficients are scaled to integers (``"cpsat"``).
 from __future__ import annotations
 
 import datetime
+import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,8 @@ FEASIBILITY_TOLERANCE: Final = 1e-9
 OPTIMALITY_GAP: Final = 1e-9
 # Seconds per variable and nonzero to hand a model to the solver and read it back.
 TRANSFER_S_PER_ENTRY: Final = 1e-5
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -104,7 +107,14 @@ class Backend(Protocol):
         time_limit_s: float,
         hint: Mapping[int, float] | None,
         gap: float = OPTIMALITY_GAP,
-    ) -> Outcome: ...
+        node_limit: int | None = None,
+    ) -> Outcome:
+        """Solve with ``objective``, stopping at ``time_limit_s``, a relative ``gap`` or
+        ``node_limit`` branch-and-bound nodes, whichever comes first. The clock stops a
+        solve where the machine's speed and load put it; a gap or a node count stops it at
+        the same answer on any machine, which is how plans stay the same wherever they are
+        solved (docs/placement.md)."""
+        ...
 
 
 def make_backend(model: LinearModel, name: BackendName, *, workers: int, seed: int) -> Backend:
@@ -157,10 +167,16 @@ class MathOptBackend:
         self._vars[var].upper_bound = float(value)
 
     def _params(
-        self, time_limit_s: float, *, tight: bool = True, gap: float = OPTIMALITY_GAP
+        self,
+        time_limit_s: float,
+        *,
+        tight: bool = True,
+        gap: float = OPTIMALITY_GAP,
+        node_limit: int | None = None,
     ) -> mathopt.SolveParameters:
         params = mathopt.SolveParameters(
             time_limit=datetime.timedelta(seconds=max(0.01, time_limit_s)),
+            node_limit=node_limit,
             enable_output=False,
             random_seed=self._seed,
             relative_gap_tolerance=gap,
@@ -189,6 +205,7 @@ class MathOptBackend:
         time_limit_s: float,
         hint: Mapping[int, float] | None,
         gap: float = OPTIMALITY_GAP,
+        node_limit: int | None = None,
     ) -> Outcome:
         m = self._model
         m.objective.clear()
@@ -213,7 +230,7 @@ class MathOptBackend:
             result = mathopt.solve(
                 m,
                 self._solver,
-                params=self._params(time_limit_s, gap=gap),
+                params=self._params(time_limit_s, gap=gap, node_limit=node_limit),
                 model_params=model_params,
             )
         except Exception:
@@ -226,7 +243,7 @@ class MathOptBackend:
                 result = mathopt.solve(
                     m,
                     self._solver,
-                    params=self._params(left, tight=False, gap=gap),
+                    params=self._params(left, tight=False, gap=gap, node_limit=node_limit),
                     model_params=model_params,
                 )
             except Exception:
@@ -254,6 +271,21 @@ class MathOptBackend:
             )
             objective_value = sum(coef * values[var] for var, coef in objective.items())
         bound = result.termination.objective_bounds.dual_bound
+        _log.debug(
+            "%s: %d variables, %d nonzeros, limit %.1f s, %s nodes: %s (%s) in %.2f s, "
+            "%d nodes, objective %s, bound %s",
+            self._solver.name,
+            len(self._vars),
+            self._nonzeros,
+            time_limit_s,
+            node_limit,
+            reason.name,
+            result.termination.limit.name if result.termination.limit else "-",
+            seconds,
+            result.solve_stats.node_count,
+            objective_value,
+            bound,
+        )
         return Outcome(
             proven_optimal=reason == mathopt.TerminationReason.OPTIMAL,
             infeasible=infeasible,
@@ -346,7 +378,10 @@ class CpSatBackend:
         time_limit_s: float,
         hint: Mapping[int, float] | None,
         gap: float = OPTIMALITY_GAP,
+        node_limit: int | None = None,
     ) -> Outcome:
+        # CP-SAT has no branch-and-bound nodes to count: it stops by time and gap only.
+        del node_limit
         expr = sum((coef / self._scale[var]) * self._vars[var] for var, coef in objective.items())
         if maximize:
             self._model.maximize(expr)

@@ -20,6 +20,7 @@ before any solve finishes.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import multiprocessing
 import os
@@ -59,6 +60,8 @@ from planner.placement.model import (
 from planner.placement.problem import SOLUTION_FORMAT, Problem, ProblemInvalid, parse_problem
 from planner.placement.start import constructive_plan
 
+_log = logging.getLogger(__name__)
+
 DEFAULT_BACKEND: Final[BackendName] = "highs"
 # Where parts side by side are solved: forked processes of this machine, or Ray tasks
 # (``remote.py``; a local Ray or a cluster).
@@ -88,13 +91,19 @@ CAPTIVE_SHARE: Final = 0.1
 LARGE_PART_ROUTES: Final = 3000
 # A part with more routes than this is huge: its full MIP is not tried (HiGHS spends such a
 # part's whole time in root cut rounds); after the home start and the relaxation, the MIP on
-# the blocks the relaxation opens gets HUGE_RELAXED_SHARE of the time left, then the search.
-# Its captive-region bounds are not computed: its relaxation bounds it better, sooner.
+# the blocks the relaxation opens gets HUGE_RELAXED_SHARE of the time left, and that is its
+# plan: no neighbourhood search (on 10,000 x 50 it took a third of each part's time for
+# 0.02 % of the cost, and its steps stop by the clock). Its captive-region bounds are not
+# computed: its relaxation bounds it better, sooner.
 HUGE_PART_ROUTES: Final = 40_000
 HUGE_RELAXED_SHARE: Final = 0.8
-# It stops once within this of its own bound: sooner, and by the same plan however loaded
-# the machine is, where the clock would stop it at a plan that depends on the load.
+# Its MIPs stop once within this of their own bound, or (the home start's region MIPs)
+# after HUGE_HOME_NODES nodes, within HUGE_HOME_SHARE of the time: sooner, and at the same
+# plan however loaded the machine is and wherever the part is solved, where the clock would
+# stop them at a plan that depends on the load.
 HUGE_RELAXED_GAP: Final = 0.002
+HUGE_HOME_SHARE: Final = 0.3
+HUGE_HOME_NODES: Final = 1000
 # A huge part's relaxation is its bound and its guide: it may take this share (not
 # RELAXATION_SHARE) of the time left; it stops when solved.
 HUGE_RELAXATION_SHARE: Final = 0.5
@@ -154,8 +163,11 @@ class _Stages:
         backend: BackendName,
         hint: Plan | None = None,
         floors: Sequence[tuple[frozenset[tuple[str, str]], float]] = (),
+        sizes: tuple[int, int] | None = None,
     ) -> None:
         self.model = model
+        # The route counts above which a part is large and huge (as the caller read them).
+        self._large_routes, self._huge_routes = sizes or (LARGE_PART_ROUTES, HUGE_PART_ROUTES)
         self.deadline = deadline
         # Solved again after coupling: the uncoupled plan of its cells (not inventory-exact)
         # and the cost bounds the uncoupled parts it joins proved (solve_instance).
@@ -190,6 +202,16 @@ class _Stages:
                 self.model.lm, self._backend_name, workers=self._workers, seed=self._seed
             )
         return self._backend
+
+    def _log_stage(self, name: str, cost: Mapping[int, float]) -> None:
+        _log.debug(
+            "part of %d routes: %s stage in %.2f s, plan cost %.4f, bound %s",
+            len(self.model.route_ids),
+            name,
+            self.progress.stage_seconds.get(name, 0.0),
+            self.model.objective_value(cost, self.plan),
+            self._relaxed_bound,
+        )
 
     def _time_left(self) -> float:
         return self.deadline - time.perf_counter()
@@ -258,21 +280,26 @@ class _Stages:
             return self.plan
         all_served = self._unserved_stages()
         cost = m.cost_objective()
-        large = all_served and len(m.route_ids) > LARGE_PART_ROUTES
-        huge = large and len(m.route_ids) > HUGE_PART_ROUTES
+        large = all_served and len(m.route_ids) > self._large_routes
+        huge = large and len(m.route_ids) > self._huge_routes
         captive = self._prepare_cost() if all_served and not huge else 0.0
         if all_served and self._floors:
             captive = max(captive, self._add_floors())
         if all_served and self._hint is not None:
             self._hinted_start(cost)
-        if large:
+        if huge:
+            self._home_start(
+                cost, share=HUGE_HOME_SHARE, gap=HUGE_RELAXED_GAP, node_limit=HUGE_HOME_NODES
+            )
+            self._relax(cost, share=HUGE_RELAXATION_SHARE)
+        elif large:
             self._home_start(cost)
-            self._relax(cost, share=HUGE_RELAXATION_SHARE if huge else RELAXATION_SHARE)
+            self._relax(cost, share=RELAXATION_SHARE)
         outcome: Outcome | None = None
         if huge:
             self.progress.proven = False
             self._relaxed_start(cost, share=HUGE_RELAXED_SHARE, gap=HUGE_RELAXED_GAP)
-            best = self._search(cost)
+            best = m.objective_value(cost, self.plan)
         else:
             outcome = self._run(
                 "cost", cost, maximize=False, share=LARGE_COST_SHARE if large else COST_SHARE
@@ -395,20 +422,30 @@ class _Stages:
             self.plan = candidate
         self.progress.stage_seconds["coupled-hint"] = time.perf_counter() - t0
 
-    def _home_start(self, cost: Mapping[int, float]) -> None:
+    def _home_start(
+        self,
+        cost: Mapping[int, float],
+        *,
+        share: float = HOME_SHARE,
+        gap: float = OPTIMALITY_GAP,
+        node_limit: int | None = None,
+    ) -> None:
         """A large part starts from the home plan when that is cheaper (decompose.py)."""
         m = self.model
         t0 = time.perf_counter()
         home = home_plan(
             m,
-            deadline=t0 + self._time_left() * HOME_SHARE,
+            deadline=t0 + self._time_left() * share,
             workers=self._workers,
             seed=self._seed,
             backend=self._backend_name,
+            gap=gap,
+            node_limit=node_limit,
         )
         if home is not None and m.objective_value(cost, home) < m.objective_value(cost, self.plan):
             self.plan = home
         self.progress.stage_seconds["home"] = time.perf_counter() - t0
+        self._log_stage("home", cost)
 
     def _relax(self, cost: Mapping[int, float], *, share: float) -> None:
         """A large part's linear relaxation: a cost bound, and where to look later."""
@@ -422,6 +459,7 @@ class _Stages:
             backend=self._backend_name,
         )
         self.progress.stage_seconds["relaxation"] = time.perf_counter() - t0
+        self._log_stage("relaxation", cost)
 
     def _relaxed_start(
         self,
@@ -449,6 +487,7 @@ class _Stages:
         if relaxed is not None and self._keeps_earlier(relaxed):
             self.plan = relaxed
         self.progress.stage_seconds["relaxed"] = time.perf_counter() - t0
+        self._log_stage("relaxed", cost)
 
     def _search(self, cost: Mapping[int, float]) -> float:
         """After an unfinished full solve of a large part: the neighbourhood search."""
@@ -466,6 +505,7 @@ class _Stages:
             backend=self._backend_name,
         )
         self.progress.stage_seconds["search"] = time.perf_counter() - t0
+        self._log_stage("search", cost)
         return m.objective_value(cost, self.plan)
 
     def _polish(self, spill: Mapping[int, float], *, keep_proven: bool = False) -> None:
@@ -684,6 +724,9 @@ class _PartsJob:
     # After coupling: the uncoupled parts' merged plan and their proven cost bounds.
     hint: Plan | None = None
     floors: tuple[tuple[frozenset[tuple[str, str]], float], ...] = ()
+    # The large and huge part sizes (routes) as the caller read them: a Ray worker solves
+    # the part as the caller would, whatever its own import says.
+    sizes: tuple[int, int] | None = None
 
 
 def _solve_one(job: _PartsJob, index: int, deadline: float) -> tuple[Plan, _Progress]:
@@ -700,6 +743,7 @@ def _solve_one(job: _PartsJob, index: int, deadline: float) -> tuple[Plan, _Prog
         backend=job.backend,
         hint=None if job.hint is None else _restrict(job.instance, job.hint, part),
         floors=[(c, b) for c, b in job.floors if c <= cells],
+        sizes=job.sizes,
     )
     return stages.run(), stages.progress
 
@@ -803,6 +847,7 @@ def _solve_parts(
         backend=backend,
         hint=hint,
         floors=tuple(sorted((floors or {}).items(), key=lambda kv: sorted(kv[0]))),
+        sizes=(LARGE_PART_ROUTES, HUGE_PART_ROUTES),
     )
     unfinished = {p.cells: _size(p, instance) for p in order}
     waiting = {p.cells for p in order}

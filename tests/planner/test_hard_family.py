@@ -46,7 +46,7 @@ def test_a_small_hard_fleet_solves_to_a_verified_plan() -> None:
     assert solution["unserved_requests_per_s"] == 0
 
 
-def _shared_inventory_problem() -> dict[str, Any]:
+def shared_inventory_problem() -> dict[str, Any]:
     """Two models whose cheap shapes, each alone, fit the zones' g80 GPUs; together not."""
 
     def shape(model: str, accelerator: str, gpus: int) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def _shared_inventory_problem() -> dict[str, Any]:
 
 
 def test_relaxations_that_overfill_a_shared_inventory_couple_it_from_the_start() -> None:
-    problem = _shared_inventory_problem()
+    problem = shared_inventory_problem()
     instance = Instance.build(parse_problem(problem))
     coupled = solver_module._likely_coupled(
         instance,
@@ -109,7 +109,7 @@ def test_relaxations_that_overfill_a_shared_inventory_couple_it_from_the_start()
 
 
 def test_ample_inventory_is_not_coupled() -> None:
-    problem = _shared_inventory_problem()
+    problem = shared_inventory_problem()
     for row in problem["inventory"]:
         row["gpus"] = 64
     instance = Instance.build(parse_problem(problem))
@@ -132,7 +132,7 @@ def test_shared_inventory_reaches_the_reference_optimum(
     # solved again from them (repair, and the uncoupled bounds as floors).
     if not check:
         monkeypatch.setattr(solver_module, "COUPLING_CHECK_ROUTES", 0)
-    problem = _shared_inventory_problem()
+    problem = shared_inventory_problem()
     solution = solve(problem, time_limit_s=30, workers=2)
     assert verify(problem, solution) == []
     assert solution["unserved_requests_per_s"] == 0
@@ -149,7 +149,7 @@ def test_parts_too_large_to_join_are_repaired_where_they_overfill(
     # both models with the inventory rows, the rest held.
     monkeypatch.setattr(solver_module, "COUPLING_CHECK_ROUTES", 0)
     monkeypatch.setattr(solver_module, "HUGE_PART_ROUTES", 0)
-    problem = _shared_inventory_problem()
+    problem = shared_inventory_problem()
     instance = Instance.build(parse_problem(problem))
     assert solver_module._too_large_to_join(instance, {("r", "g80")})
     solution = solve(problem, time_limit_s=30, workers=2)
@@ -172,7 +172,7 @@ def test_an_overfill_the_repair_cannot_fit_returns_the_start(
     monkeypatch.setattr(solver_module, "COUPLING_CHECK_ROUTES", 0)
     monkeypatch.setattr(solver_module, "HUGE_PART_ROUTES", 0)
     monkeypatch.setattr(solver_module, "inventory_repair", lambda *args, **kwargs: None)
-    problem = _shared_inventory_problem()
+    problem = shared_inventory_problem()
     solution = solve(problem, time_limit_s=30, workers=2)
     assert verify(problem, solution) == []
     assert solution["status"] == "feasible"

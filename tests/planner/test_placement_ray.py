@@ -16,9 +16,11 @@ import pytest
 from planner.cli import main
 from planner.errors import PlannerInputError
 from planner.placement import parse_problem, solve
+from planner.placement import solver as solver_module
 from planner.placement.generator import generate_problem
 from planner.placement.model import Instance
 from planner.placement.verify import verify
+from tests.planner.test_hard_family import shared_inventory_problem
 
 ray = pytest.importorskip("ray")
 
@@ -48,6 +50,38 @@ def test_parts_on_ray_give_the_plan_of_the_processes(local_ray: None, seed: int)
     assert here["status"] == "optimal"  # every solve ended within its time
     assert on_ray["cost_per_hour"] == here["cost_per_hour"]
     assert on_ray["replicas"] == here["replicas"]
+    assert _plan(on_ray) == _plan(here)
+    assert verify(problem, on_ray) == verify(problem, here) == []
+
+
+@pytest.mark.slow
+def test_huge_parts_and_their_repair_give_the_plan_of_the_processes(
+    local_ray: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As on 10,000 x 50: parts too large for a full solve (home start, relaxation, the MIP
+    # on what the relaxation opens, each stopping at a gap or a node count, not the clock),
+    # whose merged plan overfills a shared inventory and is repaired. The Ray workers read
+    # the part sizes from the job, as patched here.
+    monkeypatch.setattr(solver_module, "COUPLING_CHECK_ROUTES", 0)
+    monkeypatch.setattr(solver_module, "LARGE_PART_ROUTES", 0)
+    monkeypatch.setattr(solver_module, "HUGE_PART_ROUTES", 0)
+    repairs: list[int] = []
+    real_repair = solver_module.inventory_repair
+
+    def counted_repair(*args: Any, **kwargs: Any) -> Any:
+        repairs.append(1)
+        return real_repair(*args, **kwargs)
+
+    monkeypatch.setattr(solver_module, "inventory_repair", counted_repair)
+    problem = shared_inventory_problem()
+    # Loads whose relaxation is fractional: its bound is below the parts' optima, so a
+    # worker that solved its part in full would report another gap.
+    for row, rate in zip(problem["demands"], (3.4, 2.7), strict=True):
+        row["requests_per_s"] = rate
+    here = solve(problem, time_limit_s=30, workers=2, seed=0)
+    on_ray = solve(problem, time_limit_s=30, workers=2, seed=0, executor="ray")
+    assert len(repairs) == 2  # one repair each
+    assert here["status"] == "feasible" and here["gap"] > 0  # the parts' relaxation bounds
     assert _plan(on_ray) == _plan(here)
     assert verify(problem, on_ray) == verify(problem, here) == []
 
