@@ -543,14 +543,15 @@ def inventory_repair(
         if piece is None:
             continue
         candidate = _splice(instance, plan, piece, regions)
+        exact = not plan_violations(instance, candidate)
         _log.debug(
             "inventory repair of %s with %d neighbours: %d routes, %s",
             ",".join(sorted(failing)),
             len(regions) - len(failing),
             len(sub.route_ids),
-            "exact" if not plan_violations(instance, candidate) else "not exact",
+            "exact" if exact else "not exact",
         )
-        if not plan_violations(instance, candidate):
+        if exact:
             return candidate
     return None
 

@@ -164,11 +164,11 @@ class _Stages:
         backend: BackendName,
         hint: Plan | None = None,
         floors: Sequence[tuple[frozenset[tuple[str, str]], float]] = (),
-        sizes: tuple[int, int] | None = None,
+        sizes: tuple[int, int],
     ) -> None:
         self.model = model
         # The route counts above which a part is large and huge (as the caller read them).
-        self._large_routes, self._huge_routes = sizes or (LARGE_PART_ROUTES, HUGE_PART_ROUTES)
+        self._large_routes, self._huge_routes = sizes
         self.deadline = deadline
         # Solved again after coupling: the uncoupled plan of its cells (not inventory-exact)
         # and the cost bounds the uncoupled parts it joins proved (solve_instance).
@@ -205,6 +205,8 @@ class _Stages:
         return self._backend
 
     def _log_stage(self, name: str, cost: Mapping[int, float]) -> None:
+        if not _log.isEnabledFor(logging.DEBUG):
+            return  # the plan's cost is a sum over the whole part: not for nothing
         _log.debug(
             "part of %d routes: %s stage in %.2f s, plan cost %.4f, bound %s",
             len(self.model.route_ids),
@@ -722,12 +724,12 @@ class _PartsJob:
     workers: int
     seed: int
     backend: BackendName
+    # The large and huge part sizes (routes) as the caller read them: a Ray worker solves
+    # the part as the caller would, whatever its own import says.
+    sizes: tuple[int, int]
     # After coupling: the uncoupled parts' merged plan and their proven cost bounds.
     hint: Plan | None = None
     floors: tuple[tuple[frozenset[tuple[str, str]], float], ...] = ()
-    # The large and huge part sizes (routes) as the caller read them: a Ray worker solves
-    # the part as the caller would, whatever its own import says.
-    sizes: tuple[int, int] | None = None
 
 
 def _solve_one(job: _PartsJob, index: int, deadline: float) -> tuple[Plan, _Progress]:

@@ -39,8 +39,7 @@ def test_a_node_limit_stops_at_the_same_plan_whatever_the_time(backend: BackendN
         )
     first, second = outcomes
     assert first.values is not None
-    assert not first.proven_optimal  # stopped by the node count, well before the clock
-    assert first.seconds < 30.0
+    assert not first.proven_optimal  # stopped by the node count: it needs thousands
     assert first.values == second.values
     assert first.objective == second.objective
 

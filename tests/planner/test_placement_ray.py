@@ -20,7 +20,7 @@ from planner.placement import solver as solver_module
 from planner.placement.generator import generate_problem
 from planner.placement.model import Instance
 from planner.placement.verify import verify
-from tests.planner.test_hard_family import shared_inventory_problem
+from tests.planner.placement_helpers import shared_inventory_problem
 
 ray = pytest.importorskip("ray")
 
