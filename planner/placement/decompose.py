@@ -21,7 +21,7 @@ import dataclasses
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from planner.placement.linear import OPTIMALITY_GAP, Backend, BackendName, make_backend
 from planner.placement.model import (
@@ -109,6 +109,7 @@ def captive_bounds(
     workers: int,
     seed: int,
     backend: BackendName,
+    node_limit: int | None = None,
 ) -> list[tuple[frozenset[str], float]]:
     """(region, least cost of its captive demands) for each region with captive demands.
 
@@ -139,6 +140,7 @@ def captive_bounds(
             workers=workers,
             seed=seed,
             backend=backend,
+            node_limit=node_limit,
         )
         if bound is not None and bound > 0:
             out.append((frozenset([r]), bound))
@@ -239,6 +241,7 @@ def relaxed_plan(
     seed: int,
     backend: BackendName,
     gap: float = OPTIMALITY_GAP,
+    node_limit: int | None = None,
 ) -> Plan | None:
     """A plan from the part's linear relaxation (``relaxed``, values of ``relaxation``): the
     MIP on the blocks it opens, and those ``plan`` uses (so ``plan`` stays a feasible hint).
@@ -256,6 +259,7 @@ def relaxed_plan(
         time_limit_s=deadline - time.perf_counter(),
         hint=model.values_from_plan(plan),
         gap=gap,
+        node_limit=node_limit,
     )
     if outcome.values is None:
         return None
@@ -287,114 +291,6 @@ def _restrict_to_opened(
         for ri in b.routes:
             if ri in model.f:
                 solver.set_upper_bound(model.f[ri], 0.0)
-
-
-def neighbourhoods(model: PlacementModel, size: int = 6) -> list[frozenset[str]]:
-    """Region groups to search: each region with the ``size − 1`` it shares most demands with."""
-    instance = model.instance
-    regions = sorted({c[0] for c in model.part.cells})
-    if len(regions) <= size:
-        return [frozenset(regions)]
-    links: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for di in model.demands:
-        where = sorted({instance.routes[ri].region for ri in instance.routes_of[di]})
-        for a in where:
-            for b in where:
-                if a != b:
-                    links[a][b] += 1
-    groups: list[frozenset[str]] = []
-    for r in regions:
-        partners = sorted(links[r].items(), key=lambda kv: (-kv[1], kv[0]))[: size - 1]
-        group = frozenset([r, *(p for p, _ in partners)])
-        if group not in groups:
-            groups.append(group)
-    return groups
-
-
-def search(
-    model: PlacementModel,
-    plan: Plan,
-    objective: Mapping[int, float],
-    *,
-    deadline: float,
-    step_s: float,
-    accept: Callable[[Plan], bool],
-    workers: int,
-    seed: int,
-    backend: BackendName,
-) -> Plan:
-    """Improve ``plan``'s cost by re-solving one region group at a time, the rest held.
-
-    Each group is its own small MIP: the blocks of its regions, the demands that may use
-    them, and for each such demand the share the plan routes elsewhere held fixed. Cycles
-    through ``neighbourhoods`` until a whole cycle brings nothing or the deadline. Needs
-    everyone served; a candidate must be exact, cheaper and pass ``accept``.
-    """
-    instance = model.instance
-    hoods = neighbourhoods(model)
-    if len(hoods) < 2:
-        return plan
-    best = model.objective_value(objective, plan)
-    stale = 0
-    while stale < len(hoods):
-        for hood in hoods:
-            left = deadline - time.perf_counter()
-            if left <= 0.5 or stale >= len(hoods):
-                return plan
-            demands: list[int] = []
-            elsewhere: dict[int, float] = {}
-            for di in model.demands:
-                routes = [ri for ri in instance.routes_of[di] if ri in model.f]
-                if any(instance.routes[ri].region in hood for ri in routes):
-                    demands.append(di)
-                    # The plan's hosted shares are held too: the quotas are rows of the part.
-                    elsewhere[di] = sum(
-                        plan.share.get(ri, 0.0)
-                        for ri in routes
-                        if instance.routes[ri].region not in hood
-                    ) + sum(
-                        plan.hosted.get(hi, 0.0)
-                        for hi in model.h
-                        if instance.hosted[hi].demand == di
-                    )
-            sub = PlacementModel(
-                instance,
-                Part(
-                    cells=tuple(c for c in model.part.cells if c[0] in hood),
-                    demands=tuple(demands),
-                ),
-                coupled=model.coupled,
-                places=model.places,
-                served_elsewhere=elsewhere,
-                include_hosted=False,
-            )
-            _, piece = _solve_served(
-                sub,
-                time_limit_s=min(step_s, left),
-                workers=workers,
-                seed=seed,
-                backend=backend,
-                hint=plan,
-            )
-            stale += 1
-            if piece is None:
-                continue
-            candidate = _splice(instance, plan, piece, hood)
-            value = model.objective_value(objective, candidate)
-            _log.debug(
-                "search step on %s: %d routes, cost %.4f against %.4f",
-                ",".join(sorted(hood)),
-                len(sub.route_ids),
-                value,
-                best,
-            )
-            if (
-                value < best - 1e-9 * max(1.0, abs(best))
-                and not plan_violations(instance, candidate)
-                and accept(candidate)
-            ):
-                plan, best, stale = candidate, value, 0
-    return plan
 
 
 def _splice(instance: Instance, plan: Plan, piece: Plan, regions: frozenset[str]) -> Plan:
@@ -440,6 +336,7 @@ def repair_plan(
     workers: int,
     seed: int,
     backend: BackendName,
+    node_limit: int | None = None,
 ) -> Plan | None:
     """A plan near ``hint`` (the part's uncoupled plans, which break inventory only in
     ``regions``): the replicas outside ``regions`` held at the hint's, the blocks of
@@ -459,7 +356,9 @@ def repair_plan(
     left = deadline - time.perf_counter()
     if left <= 0.05:
         return None
-    outcome = restricted.solve(objective, maximize=False, time_limit_s=left, hint=None)
+    outcome = restricted.solve(
+        objective, maximize=False, time_limit_s=left, hint=None, node_limit=node_limit
+    )
     if outcome.values is None:
         return None
     try:

@@ -41,7 +41,6 @@ from planner.placement.decompose import (
     relaxation,
     relaxed_plan,
     repair_plan,
-    search,
 )
 from planner.placement.linear import OPTIMALITY_GAP, Backend, BackendName, Outcome, make_backend
 from planner.placement.model import (
@@ -85,18 +84,17 @@ COST_SHARE: Final = 0.9
 CAPTIVE_SHARE: Final = 0.1
 # A part with more routes than this is large: it starts from the home plan (HOME_SHARE of
 # the time left) and solves its linear relaxation (RELAXATION_SHARE); its full solve gets
-# LARGE_COST_SHARE of the time left, and if that does not finish, the MIP on the blocks the
-# relaxation opens gets RELAXED_SHARE and then the neighbourhood search SEARCH_SHARE of what
-# is then left (decompose.py).
+# LARGE_COST_SHARE of the time left, and if that stops short of optimal, the MIP on the
+# blocks the relaxation opens gets RELAXED_SHARE of what is then left (decompose.py).
 LARGE_PART_ROUTES: Final = 3000
 # A part with more routes than this is huge: its full MIP is not tried (HiGHS spends such a
-# part's whole time in root cut rounds); after the home start and the relaxation, the MIP on
-# the blocks the relaxation opens gets HUGE_RELAXED_SHARE of the time left, and that is its
-# plan: no neighbourhood search (on 10,000 x 50 it took a third of each part's time for
-# 0.02 % of the cost, and its steps stop by the clock). Its captive-region bounds are not
-# computed: its relaxation bounds it better, sooner. Only the routing LP (seconds) follows
-# the restricted MIP, which so may take all but HUGE_RELAXED_SHARE's rest of the time.
-HUGE_PART_ROUTES: Final = 40_000
+# part's time in root cut rounds, which no node count stops: on 1,000 x 24 the parts of
+# 14,000-16,000 routes had not left the root after 30 s); after the home start and the
+# relaxation, the MIP on the blocks the relaxation opens gets HUGE_RELAXED_SHARE of the time
+# left, and that is its plan. Its captive-region bounds are not computed: its relaxation
+# bounds it better, sooner. Only the routing LP (seconds) follows the restricted MIP, which
+# so may take all but HUGE_RELAXED_SHARE's rest of the time.
+HUGE_PART_ROUTES: Final = 10_000
 HUGE_RELAXED_SHARE: Final = 0.95
 # Its MIPs stop once within this of their own bound, or (the home start's region MIPs)
 # after HUGE_HOME_NODES nodes, within HUGE_HOME_SHARE of the time: sooner, and at the same
@@ -113,10 +111,8 @@ HUGE_RELAXATION_SHARE: Final = 0.5
 HUGE_REPAIR_SHARE: Final = 0.2
 HOME_SHARE: Final = 0.1
 RELAXATION_SHARE: Final = 0.2
-LARGE_COST_SHARE: Final = 0.6
-RELAXED_SHARE: Final = 0.4
-SEARCH_SHARE: Final = 0.9
-SEARCH_STEP_S: Final = 5.0
+LARGE_COST_SHARE: Final = 0.8
+RELAXED_SHARE: Final = 0.9
 # A part solved again after a failed split first repairs the uncoupled plans (the MIP with
 # the replicas outside the coupled regions held), with this share of its time.
 COUPLED_HINT_SHARE: Final = 0.4
@@ -129,14 +125,59 @@ COUPLED_HINT_SHARE: Final = 0.4
 COUPLING_CHECK_SHARE: Final = 0.1
 COUPLING_CHECK_ROUTES: Final = 12_000
 COUPLING_CHECK_FILL: Final = 0.5
+# Work limits. Every MIP stage stops at its gap or after this many branch-and-bound nodes,
+# whichever comes first; its share of the clock is only the safety net. Where the clock
+# stops a MIP, the plan depends on how loaded the machine is and where the part runs; where
+# the node count does, the plan is the same on any machine, in a forked process or on Ray.
+# Calibrated so that, on 2 cores at the default 60 s, no stage of the hard family nor of
+# 1,000 x 24 reaches the clock (docs/benchmarks.md): HiGHS explored 12-58 nodes/s on
+# these parts' full MIPs, so COST_NODES takes 9-42 s of their 45-50 s; a spill tie-break
+# explored 5 nodes/s.
+CAPTIVE_NODES: Final = 1000
+HOME_NODES: Final = 1000
+COST_NODES: Final = 500
+RELAXED_NODES: Final = 1000
+HINT_NODES: Final = 1000
+UNSERVED_NODES: Final = 500
+TIE_BREAK_NODES: Final = 50
 # The least time a tie-break stage (change, spill) may take, whatever the cost stage took.
-TIE_BREAK_MIN_S: Final = 2.0
+TIE_BREAK_MIN_S: Final = 10.0
 # Polishing needs this many seconds left per model variable (a fresh model is built).
 POLISH_MIN_S_PER_VAR: Final = 1e-4
 # Parts solved at once per worker (they share the cores by time; see _solve_parts).
 PARTS_PER_WORKER: Final = 4
 # Seconds of the time limit kept for merging parts, binding sentences and the solution.
 ASSEMBLY_RESERVE_S: Final = 1.0
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """The part sizes (routes) and node limits a part is solved with, as the caller read
+    them: a Ray worker solves the part as the caller would, whatever its own import says."""
+
+    large_routes: int
+    huge_routes: int
+    captive_nodes: int
+    home_nodes: int
+    cost_nodes: int
+    relaxed_nodes: int
+    hint_nodes: int
+    unserved_nodes: int
+    tie_break_nodes: int
+
+    @classmethod
+    def read(cls) -> _Limits:
+        return cls(
+            large_routes=LARGE_PART_ROUTES,
+            huge_routes=HUGE_PART_ROUTES,
+            captive_nodes=CAPTIVE_NODES,
+            home_nodes=HOME_NODES,
+            cost_nodes=COST_NODES,
+            relaxed_nodes=RELAXED_NODES,
+            hint_nodes=HINT_NODES,
+            unserved_nodes=UNSERVED_NODES,
+            tie_break_nodes=TIE_BREAK_NODES,
+        )
 
 
 @dataclass
@@ -164,11 +205,10 @@ class _Stages:
         backend: BackendName,
         hint: Plan | None = None,
         floors: Sequence[tuple[frozenset[tuple[str, str]], float]] = (),
-        sizes: tuple[int, int],
+        limits: _Limits,
     ) -> None:
         self.model = model
-        # The route counts above which a part is large and huge (as the caller read them).
-        self._large_routes, self._huge_routes = sizes
+        self._limits = limits
         self.deadline = deadline
         # Solved again after coupling: the uncoupled plan of its cells (not inventory-exact)
         # and the cost bounds the uncoupled parts it joins proved (solve_instance).
@@ -227,16 +267,21 @@ class _Stages:
         maximize: bool,
         share: float,
         cap_s: float = math.inf,
+        node_limit: int | None = None,
     ) -> Outcome | None:
-        """Solve one stage with ``share`` of the time left (at most ``cap_s``); None when
-        no time is left."""
+        """Solve one stage with ``share`` of the time left (at most ``cap_s``) and at most
+        ``node_limit`` nodes; None when no time is left."""
         left = self._time_left()
         if left <= 0.01:
             self.progress.proven = False
             return None
         hint = self.model.values_from_plan(self.plan)
         outcome = self.backend.solve(
-            objective, maximize=maximize, time_limit_s=min(left * share, cap_s), hint=hint
+            objective,
+            maximize=maximize,
+            time_limit_s=min(left * share, cap_s),
+            hint=hint,
+            node_limit=node_limit,
         )
         self.progress.stage_seconds[name] = (
             self.progress.stage_seconds.get(name, 0.0) + outcome.seconds
@@ -283,8 +328,9 @@ class _Stages:
             return self.plan
         all_served = self._unserved_stages()
         cost = m.cost_objective()
-        large = all_served and len(m.route_ids) > self._large_routes
-        huge = large and len(m.route_ids) > self._huge_routes
+        limits = self._limits
+        large = all_served and len(m.route_ids) > limits.large_routes
+        huge = large and len(m.route_ids) > limits.huge_routes
         captive = self._prepare_cost() if all_served and not huge else 0.0
         if all_served and self._floors:
             captive = max(captive, self._add_floors())
@@ -296,21 +342,27 @@ class _Stages:
             )
             self._relax(cost, share=HUGE_RELAXATION_SHARE)
         elif large:
-            self._home_start(cost)
+            self._home_start(cost, node_limit=limits.home_nodes)
             self._relax(cost, share=RELAXATION_SHARE)
         outcome: Outcome | None = None
         if huge:
             self.progress.proven = False
-            self._relaxed_start(cost, share=HUGE_RELAXED_SHARE, gap=HUGE_RELAXED_GAP)
+            self._relaxed_start(
+                cost, share=HUGE_RELAXED_SHARE, gap=HUGE_RELAXED_GAP, node_limit=None
+            )
             best = m.objective_value(cost, self.plan)
         else:
             outcome = self._run(
-                "cost", cost, maximize=False, share=LARGE_COST_SHARE if large else COST_SHARE
+                "cost",
+                cost,
+                maximize=False,
+                share=LARGE_COST_SHARE if large else COST_SHARE,
+                node_limit=limits.cost_nodes,
             )
             best = self._accept(outcome, cost, maximize=False)
             if large and not self.progress.proven:
-                self._relaxed_start(cost)
-                best = self._search(cost)
+                self._relaxed_start(cost, node_limit=limits.relaxed_nodes)
+                best = m.objective_value(cost, self.plan)
         self.progress.cost = best
         # The proven lower bound on cost: the captive bounds or the relaxation's optimum,
         # whichever is higher, where no solve proved more.
@@ -333,13 +385,27 @@ class _Stages:
         cap = max(TIE_BREAK_MIN_S, self.progress.stage_seconds.get("cost", 0.0))
         change = m.change_objective()
         if change:
-            outcome = self._run("change", change, maximize=False, share=0.5, cap_s=cap)
+            outcome = self._run(
+                "change",
+                change,
+                maximize=False,
+                share=0.5,
+                cap_s=cap,
+                node_limit=limits.tie_break_nodes,
+            )
             self._fix(change, self._accept(outcome, change, maximize=False))
         if spill:
             # The best routing for these replicas first (a linear program), so the spill MIP
             # starts from it; only a different set of replicas can then do better.
             self._polish(spill, keep_proven=True)
-            outcome = self._run("spill", spill, maximize=False, share=1.0, cap_s=cap)
+            outcome = self._run(
+                "spill",
+                spill,
+                maximize=False,
+                share=1.0,
+                cap_s=cap,
+                node_limit=limits.tie_break_nodes,
+            )
             self._accept(outcome, spill, maximize=False)
         if self.levels:
             self._polish(spill, keep_proven=True)
@@ -374,6 +440,7 @@ class _Stages:
             workers=self._workers,
             seed=self._seed,
             backend=self._backend_name,
+            node_limit=self._limits.captive_nodes,
         )
         for terms, lo in bound_rows(m, bounds):
             self.backend.add_row(terms, lo, math.inf)
@@ -416,6 +483,7 @@ class _Stages:
             workers=self._workers,
             seed=self._seed,
             backend=self._backend_name,
+            node_limit=self._limits.hint_nodes,
         )
         if (
             candidate is not None
@@ -470,6 +538,7 @@ class _Stages:
         *,
         share: float = RELAXED_SHARE,
         gap: float = OPTIMALITY_GAP,
+        node_limit: int | None = None,
     ) -> None:
         """After an unfinished full solve (or instead of it, for a huge part): the MIP on
         the blocks the relaxation opens (``decompose.relaxed_plan``), when cheaper."""
@@ -486,30 +555,12 @@ class _Stages:
             workers=self._workers,
             seed=self._seed,
             backend=self._backend_name,
+            node_limit=node_limit,
         )
         if relaxed is not None and self._keeps_earlier(relaxed):
             self.plan = relaxed
         self.progress.stage_seconds["relaxed"] = time.perf_counter() - t0
         self._log_stage("relaxed", cost)
-
-    def _search(self, cost: Mapping[int, float]) -> float:
-        """After an unfinished full solve of a large part: the neighbourhood search."""
-        m = self.model
-        t0 = time.perf_counter()
-        self.plan = search(
-            m,
-            self.plan,
-            cost,
-            deadline=t0 + self._time_left() * SEARCH_SHARE,
-            step_s=SEARCH_STEP_S,
-            accept=self._keeps_earlier,
-            workers=self._workers,
-            seed=self._seed,
-            backend=self._backend_name,
-        )
-        self.progress.stage_seconds["search"] = time.perf_counter() - t0
-        self._log_stage("search", cost)
-        return m.objective_value(cost, self.plan)
 
     def _polish(self, spill: Mapping[int, float], *, keep_proven: bool = False) -> None:
         """Route the short priorities again with every replica count fixed.
@@ -565,7 +616,13 @@ class _Stages:
             objective = m.unserved_objective(demands)
             current = m.objective_value(objective, self.plan)
             if current > 0:
-                outcome = self._run("unserved", objective, maximize=False, share=UNSERVED_SHARE)
+                outcome = self._run(
+                    "unserved",
+                    objective,
+                    maximize=False,
+                    share=UNSERVED_SHARE,
+                    node_limit=self._limits.unserved_nodes,
+                )
                 current = self._accept(outcome, objective, maximize=False)
                 if outcome is not None and not outcome.proven_optimal and current > 0:
                     bound = outcome.bound if outcome.bound is not None else 0.0
@@ -599,7 +656,13 @@ class _Stages:
             for di in open_:
                 # served = 1 − v ≥ t
                 backend.add_row([(m.v[di], -1.0), (t, -1.0)], -1.0, math.inf)
-            outcome = self._run("fairness", {t: 1.0}, maximize=True, share=UNSERVED_SHARE)
+            outcome = self._run(
+                "fairness",
+                {t: 1.0},
+                maximize=True,
+                share=UNSERVED_SHARE,
+                node_limit=self._limits.unserved_nodes,
+            )
             level = self._served_min(open_)
             if outcome is not None and outcome.values is not None:
                 candidate = m.plan_from_values(outcome.values[: m.lm.num_vars])
@@ -623,7 +686,11 @@ class _Stages:
                 )
                 excess[di] = w
             outcome = self._run(
-                "fairness", {w: 1.0 for w in excess.values()}, maximize=True, share=UNSERVED_SHARE
+                "fairness",
+                {w: 1.0 for w in excess.values()},
+                maximize=True,
+                share=UNSERVED_SHARE,
+                node_limit=self._limits.unserved_nodes,
             )
             free: set[int] = set()
             if outcome is not None and outcome.values is not None:
@@ -724,9 +791,7 @@ class _PartsJob:
     workers: int
     seed: int
     backend: BackendName
-    # The large and huge part sizes (routes) as the caller read them: a Ray worker solves
-    # the part as the caller would, whatever its own import says.
-    sizes: tuple[int, int]
+    limits: _Limits
     # After coupling: the uncoupled parts' merged plan and their proven cost bounds.
     hint: Plan | None = None
     floors: tuple[tuple[frozenset[tuple[str, str]], float], ...] = ()
@@ -746,7 +811,7 @@ def _solve_one(job: _PartsJob, index: int, deadline: float) -> tuple[Plan, _Prog
         backend=job.backend,
         hint=None if job.hint is None else _restrict(job.instance, job.hint, part),
         floors=[(c, b) for c, b in job.floors if c <= cells],
-        sizes=job.sizes,
+        limits=job.limits,
     )
     return stages.run(), stages.progress
 
@@ -850,7 +915,7 @@ def _solve_parts(
         backend=backend,
         hint=hint,
         floors=tuple(sorted((floors or {}).items(), key=lambda kv: sorted(kv[0]))),
-        sizes=(LARGE_PART_ROUTES, HUGE_PART_ROUTES),
+        limits=_Limits.read(),
     )
     unfinished = {p.cells: _size(p, instance) for p in order}
     waiting = {p.cells for p in order}

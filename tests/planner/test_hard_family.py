@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -129,3 +130,33 @@ def test_an_overfill_the_repair_cannot_fit_returns_the_start(
     assert verify(problem, solution) == []
     assert solution["status"] == "feasible"
     assert solution["gap"] == 1.0
+
+
+@pytest.mark.slow
+def test_stages_stopped_by_their_node_counts_give_the_same_plan_at_any_time_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Seed 3's joined part needs about 500 nodes to prove its cost optimal; stopped after
+    # 20, its full solve and the MIP on the relaxation's blocks end where the node counts
+    # put them, whether the solve has 40 s or 400 s.
+    monkeypatch.setattr(solver_module, "COST_NODES", 20)
+    monkeypatch.setattr(solver_module, "RELAXED_NODES", 20)
+    limits: list[int | None] = []
+    real_solve = solver_module._Stages._run
+
+    def recording_run(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "cost":
+            limits.append(kwargs.get("node_limit"))
+        return real_solve(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(solver_module._Stages, "_run", recording_run)
+    problem = generate_hard_problem(seed=3)
+    short = solve(problem, time_limit_s=40, workers=2, seed=0)
+    long = solve(problem, time_limit_s=400, workers=2, seed=0)
+    assert limits and set(limits) == {20}
+    assert short["status"] == long["status"] == "feasible"  # stopped short of a proof
+    assert long["solve_seconds"] < 40  # by the node counts, not the clock
+    assert {k: v for k, v in short.items() if k != "solve_seconds"} == {
+        k: v for k, v in long.items() if k != "solve_seconds"
+    }
+    assert verify(problem, short) == []

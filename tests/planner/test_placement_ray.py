@@ -18,6 +18,7 @@ from planner.errors import PlannerInputError
 from planner.placement import parse_problem, solve
 from planner.placement import solver as solver_module
 from planner.placement.generator import generate_problem
+from planner.placement.hard import generate_hard_problem
 from planner.placement.model import Instance
 from planner.placement.verify import verify
 from tests.planner.placement_helpers import shared_inventory_problem
@@ -104,3 +105,21 @@ def test_an_unknown_executor_or_a_stray_address_is_refused() -> None:
         solve(problem, executor="threads")  # type: ignore[arg-type]
     with pytest.raises(PlannerInputError, match="ray_address"):
         solve(problem, ray_address="auto")
+
+
+@pytest.mark.slow
+def test_a_full_solve_stopped_by_its_node_count_gives_the_plan_of_the_processes(
+    local_ray: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As on the hard family: the full MIP of each part stops after its node count, not at
+    # the clock, so where it stops does not depend on the load or the executor. The Ray
+    # workers read the node counts from the job, as patched here (a worker that read its
+    # own import would run 500 nodes and end elsewhere).
+    monkeypatch.setattr(solver_module, "COST_NODES", 20)
+    monkeypatch.setattr(solver_module, "RELAXED_NODES", 20)
+    problem = generate_hard_problem(seed=3)
+    here = solve(problem, time_limit_s=60, workers=2, seed=0)
+    on_ray = solve(problem, time_limit_s=60, workers=2, seed=0, executor="ray")
+    assert here["status"] == "feasible"  # stopped short of a proof
+    assert _plan(on_ray) == _plan(here)
+    assert verify(problem, on_ray) == verify(problem, here) == []
