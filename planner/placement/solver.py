@@ -111,7 +111,7 @@ HUGE_RELAXATION_SHARE: Final = 0.5
 HUGE_REPAIR_SHARE: Final = 0.2
 HOME_SHARE: Final = 0.1
 RELAXATION_SHARE: Final = 0.2
-LARGE_COST_SHARE: Final = 0.8
+LARGE_COST_SHARE: Final = 0.9
 RELAXED_SHARE: Final = 0.9
 # A part solved again after a failed split first repairs the uncoupled plans (the MIP with
 # the replicas outside the coupled regions held), with this share of its time.
@@ -130,9 +130,9 @@ COUPLING_CHECK_FILL: Final = 0.5
 # stops a MIP, the plan depends on how loaded the machine is and where the part runs; where
 # the node count does, the plan is the same on any machine, in a forked process or on Ray.
 # Calibrated so that, on 2 cores at the default 60 s, no stage of the hard family nor of
-# 1,000 x 24 reaches the clock (docs/benchmarks.md): HiGHS explored 12-58 nodes/s on
-# these parts' full MIPs, so COST_NODES takes 9-42 s of their 45-50 s; a spill tie-break
-# explored 5 nodes/s.
+# 1,000 x 24 reaches the clock (docs/benchmarks.md): on those parts' full MIPs COST_NODES
+# took 13-32 s (root included) of the 41-52 s the stage may use; a spill tie-break explored
+# 5 nodes/s.
 CAPTIVE_NODES: Final = 1000
 HOME_NODES: Final = 1000
 COST_NODES: Final = 500
