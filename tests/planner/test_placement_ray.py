@@ -41,6 +41,15 @@ def _plan(solution: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in solution.items() if k != "solve_seconds"}
 
 
+def _solved_both_ways(problem: dict[str, Any], time_limit_s: float) -> dict[str, Any]:
+    """The processes' solution, after checking that Ray's is the same and both verify."""
+    here = solve(problem, time_limit_s=time_limit_s, workers=2, seed=0)
+    on_ray = solve(problem, time_limit_s=time_limit_s, workers=2, seed=0, executor="ray")
+    assert _plan(on_ray) == _plan(here)
+    assert verify(problem, on_ray) == verify(problem, here) == []
+    return here
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [2])
 def test_parts_on_ray_give_the_plan_of_the_processes(local_ray: None, seed: int) -> None:
@@ -79,12 +88,9 @@ def test_huge_parts_and_their_repair_give_the_plan_of_the_processes(
     # worker that solved its part in full would report another gap.
     for row, rate in zip(problem["demands"], (3.4, 2.7), strict=True):
         row["requests_per_s"] = rate
-    here = solve(problem, time_limit_s=30, workers=2, seed=0)
-    on_ray = solve(problem, time_limit_s=30, workers=2, seed=0, executor="ray")
+    here = _solved_both_ways(problem, 30)
     assert len(repairs) == 2  # one repair each
     assert here["status"] == "feasible" and here["gap"] > 0  # the parts' relaxation bounds
-    assert _plan(on_ray) == _plan(here)
-    assert verify(problem, on_ray) == verify(problem, here) == []
 
 
 def test_the_command_line_solves_on_ray(
@@ -118,8 +124,5 @@ def test_a_full_solve_stopped_by_its_node_count_gives_the_plan_of_the_processes(
     monkeypatch.setattr(solver_module, "COST_NODES", 20)
     monkeypatch.setattr(solver_module, "RELAXED_NODES", 20)
     problem = generate_hard_problem(seed=3)
-    here = solve(problem, time_limit_s=60, workers=2, seed=0)
-    on_ray = solve(problem, time_limit_s=60, workers=2, seed=0, executor="ray")
+    here = _solved_both_ways(problem, 60)
     assert here["status"] == "feasible"  # stopped short of a proof
-    assert _plan(on_ray) == _plan(here)
-    assert verify(problem, on_ray) == verify(problem, here) == []
