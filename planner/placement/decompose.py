@@ -1,7 +1,7 @@
-"""Region-level help for a part's cost stage: a bound, a start and a search.
+"""Region-level help for a part's cost stage: a bound, a start, a restricted MIP and repairs.
 
 A part spans many regions only through demands that may spill; most demands can only be
-served in one region. Three uses of that, each measured (docs/placement.md):
+served in one region. Uses of that, each measured (docs/placement.md):
 
 - **Captive bounds.** Those captive demands cost their region at least the optimum of the
   region's own small MIP (rounding, N+1 and zone-loss floors included), so the row
@@ -9,10 +9,12 @@ served in one region. Three uses of that, each measured (docs/placement.md):
   is to be served. The part's LP bound then starts from the regions' integer costs.
 - **Home start** (large parts). Every demand served in its home region (or its first),
   each region solved alone: a far better hint than the greedy start, in a few seconds.
-- **Neighbourhood search** (large parts whose full solve did not finish). One group of
-  linked regions at a time is solved as its own small MIP, the rest of the part held at
-  the current plan. HiGHS can spend a large part's whole time in root cut rounds without
-  improving its start; small groups solve to optimality in seconds.
+- **Relaxation and restricted MIP** (large parts). The part's linear relaxation bounds its
+  cost and says where flexible demand is cheapest to pool; the MIP on the blocks it opens
+  finds a plan near that cost where HiGHS would spend the part's time in root cut rounds.
+- **Repairs.** A plan near the uncoupled parts' plans after a failed split
+  (``repair_plan``), and a merged plan that overfills a shared inventory repaired in the
+  regions around it (``inventory_repair``).
 """
 
 from __future__ import annotations
