@@ -46,9 +46,10 @@ OPEN_IN_RELAXATION = 1e-6
 # relaxation may take this share of its time.
 REPAIR_NEIGHBOURS = 4
 REPAIR_RELAXATION_SHARE = 0.3
-# The repair's MIPs stop at this relative gap or after this many nodes, whichever comes
-# first, rather than at the clock: the same merged plan is then repaired to the same plan
-# wherever the parts were solved, and sooner (docs/placement.md, "Parts too large to join").
+# The inventory repair's MIPs stop at this relative gap or after this many nodes, whichever
+# comes first, rather than at the clock: the same merged plan is then repaired to the same
+# plan wherever the parts were solved, and sooner (docs/placement.md, "Parts too large to
+# join"). The repair after a failed split (``repair_plan``) stops after as many nodes.
 REPAIR_GAP = 0.002
 REPAIR_NODES = 1000
 
@@ -338,7 +339,6 @@ def repair_plan(
     workers: int,
     seed: int,
     backend: BackendName,
-    node_limit: int | None = None,
 ) -> Plan | None:
     """A plan near ``hint`` (the part's uncoupled plans, which break inventory only in
     ``regions``): the replicas outside ``regions`` held at the hint's, the blocks of
@@ -359,7 +359,7 @@ def repair_plan(
     if left <= 0.05:
         return None
     outcome = restricted.solve(
-        objective, maximize=False, time_limit_s=left, hint=None, node_limit=node_limit
+        objective, maximize=False, time_limit_s=left, hint=None, node_limit=REPAIR_NODES
     )
     if outcome.values is None:
         return None

@@ -137,7 +137,6 @@ CAPTIVE_NODES: Final = 1000
 HOME_NODES: Final = 1000
 COST_NODES: Final = 500
 RELAXED_NODES: Final = 1000
-HINT_NODES: Final = 1000
 UNSERVED_NODES: Final = 500
 TIE_BREAK_NODES: Final = 50
 # The least time a tie-break stage (change, spill) may take, whatever the cost stage took.
@@ -161,7 +160,6 @@ class _Limits:
     home_nodes: int
     cost_nodes: int
     relaxed_nodes: int
-    hint_nodes: int
     unserved_nodes: int
     tie_break_nodes: int
 
@@ -174,7 +172,6 @@ class _Limits:
             home_nodes=HOME_NODES,
             cost_nodes=COST_NODES,
             relaxed_nodes=RELAXED_NODES,
-            hint_nodes=HINT_NODES,
             unserved_nodes=UNSERVED_NODES,
             tie_break_nodes=TIE_BREAK_NODES,
         )
@@ -483,7 +480,6 @@ class _Stages:
             workers=self._workers,
             seed=self._seed,
             backend=self._backend_name,
-            node_limit=self._limits.hint_nodes,
         )
         if (
             candidate is not None
